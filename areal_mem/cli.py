@@ -1,0 +1,50 @@
+"""The `areal-mem` command line.
+
+Every command is one line in `COMMANDS`: its name and the module that holds it.
+A command module defines `HELP` (one line), `add_arguments(parser)` and
+`run(args) -> int`; heavy imports stay inside `run` so `--help` is instant.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+from .config import ConfigError
+
+COMMANDS = {
+    "config": "areal_mem.commands.config_cmd",
+    "world": "areal_mem.world.command",
+    "init-model": "areal_mem.tiny_model",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="areal-mem",
+        description="Asynchronous RL for search agents with a compact memory (MemSearcher on AReaL).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="<command>", required=True)
+    for name, module_path in COMMANDS.items():
+        module = importlib.import_module(module_path)
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except ConfigError as e:
+        print(f"areal-mem {args.command}: config error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"areal-mem {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

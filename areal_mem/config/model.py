@@ -1,0 +1,25 @@
+"""The policy model: a local path or hub id, and the shape of a locally built tiny model."""
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+
+@dataclass
+class TinyModelConfig:
+    """Shape of the randomly initialised Qwen2 model that `areal-mem init-model` writes."""
+
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    intermediate_size: int = 768
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 4096
+
+
+@dataclass
+class ModelConfig:
+    path: str = MISSING  # local folder in Hugging Face format, or a hub id (production)
+    tokenizer_path: str = ""  # empty: the tokenizer lives next to the model
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    init: TinyModelConfig = field(default_factory=TinyModelConfig)

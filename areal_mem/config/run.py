@@ -1,0 +1,27 @@
+"""The root schema of one run: every component's config under one key."""
+from dataclasses import dataclass, field
+
+from .buffer import BufferConfig
+from .eval import EvalConfig
+from .generator import GeneratorConfig
+from .launcher import LauncherConfig
+from .learner import LearnerConfig
+from .model import ModelConfig
+from .retriever import RetrieverConfig
+from .rollout import RolloutConfig
+from .world import WorldConfig
+
+
+@dataclass
+class RunConfig:
+    run_dir: str = "runs/debug"
+    seed: int = 0
+    world: WorldConfig = field(default_factory=WorldConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)

@@ -1,0 +1,36 @@
+"""What the rollout side sends to and gets back from a generator (SGLang's native API)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+
+@dataclass
+class SamplingParams:
+    """Only keys that SGLang's `/generate` accepts; `None` means "server default", not sent."""
+
+    max_new_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: Optional[int] = None
+    min_new_tokens: Optional[int] = None
+    stop: Optional[List[str]] = None
+    stop_token_ids: Optional[List[int]] = None
+    ignore_eos: Optional[bool] = None
+    skip_special_tokens: Optional[bool] = None
+    no_stop_trim: Optional[bool] = None
+    sampling_seed: Optional[int] = None
+
+    def to_sglang(self) -> Dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class GenerationResult:
+    output_ids: List[int]
+    logprobs: List[float]  # behaviour log-prob of each output token
+    versions: List[int]  # weight version that sampled each output token
+    finish_reason: str  # "stop" | "length" | "abort"
+    matched_stop: Optional[Union[int, str]] = None
+    prompt_tokens: int = 0
+    meta: Dict[str, Any] = field(default_factory=dict)

