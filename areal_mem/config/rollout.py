@@ -1,19 +1,34 @@
 """Rollout workers and the episode limits of a workflow."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List
+
+
+class AnswerMetric(str, Enum):
+    f1 = "f1"  # as released
+    em = "em"
 
 
 @dataclass
 class RolloutConfig:
     workflow: str = "memsearcher"  # registered name or module:attribute
+    workflow_args: Dict[str, Any] = field(default_factory=dict)  # options of a plugin workflow
+    tools: List[str] = field(default_factory=lambda: ["wikipedia_search"])  # names or module:attribute
+    tool_args: Dict[str, Any] = field(default_factory=dict)  # {tool name: {option: value}}
     reward: str = "memsearcher"  # registered name or module:attribute
-    prompt_file: str = ""  # empty: the released MemSearcher prompt
+    reward_metric: AnswerMetric = AnswerMetric.f1  # score of a well-formatted answer
+    format_score: float = 0.1  # reward of a well-formatted answer that scores 0
+    prompt_file: str = ""  # empty: the workflow's default (the released MemSearcher prompt)
     num_workers: int = 1
     group_size: int = 5
     max_concurrent_groups: int = 16
     max_turns: int = 5
-    max_new_tokens: int = 512
-    max_memory_tokens: int = 1024
-    max_context_tokens: int = 4096
+    max_new_tokens: int = 512  # per generation (action or memory)
+    max_memory_tokens: int = 1024  # a longer memory ends the trajectory
+    max_context_tokens: int = 4096  # prompt + response of one context
     temperature: float = 1.0
     top_p: float = 0.99
-    top_n: int = 5
+    top_n: int = 5  # wikipedia_search default when the call gives none (the schema's; released server: 10)
+    max_top_n: int = 20  # larger top_n in a call is capped
+    doc_separator: str = "\n"  # between documents; "\\n" reproduces the released literal quirk
+    tool_timeout_s: float = 30.0  # a slower tool call becomes an error response

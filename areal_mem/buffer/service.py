@@ -1,0 +1,311 @@
+"""The replay buffer as an Arrow Flight service.
+
+- `do_put` (descriptor: JSON command `{"group_id", "slot"?}`): one whole group
+  per stream, validated against the context-row schema, refused if its id was
+  ever accepted, on disk before the call returns.
+- `do_get` (ticket: JSON `{"n", "request_id", "wait_s"?}`): the oldest `n`
+  admissible groups as one stream; stale groups are dropped and counted first.
+  The batch id is the request id, so a retried ticket streams the same batch
+  again; the schema metadata `areal_mem.batch` carries
+  `{"batch_id", "group_ids", "dropped_stale", "version"}` (batch_id "" when
+  `wait_s` passed with fewer than `n` groups).
+- `do_action` (JSON bodies, JSON results): acquire, release, set_version, ack,
+  requeue, stats (see `ACTIONS`).
+
+Refusals are `FlightServerError`s whose `extra_info` is JSON `{"code": ...}`
+("invalid", "duplicate", "unknown_batch", "storage"); the service stays up.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from typing import Any, Dict, List, Optional
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from ..security import check_bind, token_matches
+from ..staleness import StalenessManager
+from .schema import CONTEXT_SCHEMA, SchemaError, concat_groups, validate_group
+from .store import GroupEntry, GroupStore
+
+log = logging.getLogger(__name__)
+BATCH_META = b"areal_mem.batch"
+MAX_WAIT_S = 30.0  # longest server-side wait of one call; clients poll again
+ACTIONS = {
+    "acquire": '{"wait_s"?} -> {"slot": id or "", "capacity", "version"}',
+    "release": '{"slot"} -> {"released": bool}',
+    "set_version": '{"version"} -> {"version", "dropped_stale"}',
+    "ack": '{"batch_id"} -> {"acked": groups, "already": bool}',
+    "requeue": '{"batch_id"?} -> {"requeued": groups} (all unacked batches when no id)',
+    "stats": '{} -> counters',
+}
+
+
+def refuse(code: str, message: str) -> flight.FlightServerError:
+    return flight.FlightServerError(message, json.dumps({"code": code}).encode())
+
+
+class BufferService(flight.FlightServerBase):
+    def __init__(self, data_dir: str, *, host: str = "127.0.0.1", port: int = 0,
+                 token: str = "", max_staleness: int = 2, batch_groups: int = 8,
+                 max_running: int = 16, max_memory_groups: int = 256, fsync: bool = True,
+                 slot_ttl_s: float = 0.0) -> None:
+        check_bind("buffer", host, token)
+        self.store = GroupStore(data_dir, fsync=fsync)
+        rec = self.store.recover()
+        self.staleness = StalenessManager(max_staleness, batch_groups, max_running,
+                                          version=rec.version)
+        self.max_memory_groups = max_memory_groups
+        self.slot_ttl_s = slot_ttl_s
+        self._cond = threading.Condition()
+        self._pending: Dict[int, GroupEntry] = {e.seq: e for e in rec.pending}
+        self._done_ids = rec.done_ids  # acked or dropped
+        self._known_ids = rec.done_ids | {e.group_id for e in rec.pending}
+        self._reserved: set = set()  # puts in progress
+        self._next_seq = rec.next_seq
+        self._batches: Dict[str, List[GroupEntry]] = {}  # served, not acked
+        self._acked_batches: set = set()
+        self._slots: Dict[str, float] = {}  # slot id -> expiry (monotonic; inf: none)
+        self.staleness.accepted = len(rec.pending) + rec.acked
+        self.counters = {"groups_put": 0, "bytes_put": 0, "groups_served": 0, "bytes_served": 0,
+                         "groups_acked": 0, "dropped_stale": 0, "slots_expired": 0,
+                         "refused_invalid": 0, "refused_duplicate": 0,
+                         "recovered_groups": len(rec.pending)}
+        middleware = {"auth": _TokenAuth(token)} if token else {}
+        super().__init__(f"grpc://{host}:{port}", middleware=middleware)
+        self.url = f"grpc://{host}:{self.port}"
+
+    # -- do_put ---------------------------------------------------------------
+    def do_put(self, context, descriptor, reader, writer) -> None:
+        body = _json_object(descriptor.command, "do_put descriptor")
+        group_id = _get(body, "group_id", str, "")
+        slot = _get(body, "slot", str, "")
+        table = reader.read_all()
+        try:
+            group_id = validate_group(table, group_id)
+        except SchemaError as e:
+            with self._cond:
+                self.counters["refused_invalid"] += 1
+            raise refuse("invalid", f"group {group_id!r} refused, nothing stored: {e}") from None
+        with self._cond:
+            if group_id in self._known_ids or group_id in self._reserved:
+                self.counters["refused_duplicate"] += 1
+                raise refuse("duplicate", f"group {group_id!r} was already accepted")
+            self._reserved.add(group_id)
+            seq = self._next_seq
+            self._next_seq += 1
+        table = table.replace_schema_metadata(None)
+        try:
+            entry = self.store.write(seq, group_id, table)
+        except OSError as e:
+            with self._cond:
+                self._reserved.discard(group_id)
+            raise refuse("storage", f"group {group_id!r} could not be stored: {e}") from None
+        with self._cond:
+            self._reserved.discard(group_id)
+            self._known_ids.add(group_id)
+            if self._in_memory() < self.max_memory_groups:
+                entry.table = table
+            self._pending[seq] = entry
+            self.staleness.on_accepted(held_slot=self._slots.pop(slot, None) is not None)
+            self.counters["groups_put"] += 1
+            self.counters["bytes_put"] += entry.nbytes
+            self._cond.notify_all()
+
+    # -- do_get ---------------------------------------------------------------
+    def do_get(self, context, ticket):
+        body = _json_object(ticket.ticket, "do_get ticket")
+        n = _get(body, "n", int, 0)
+        request_id = _get(body, "request_id", str, "")
+        wait_s = min(float(_get(body, "wait_s", (int, float), 0.0)), MAX_WAIT_S)
+        if n < 1 or not request_id:
+            raise refuse("invalid", f"do_get ticket needs n >= 1 and a request_id; got {body}")
+        entries, dropped = self._take(request_id, n, wait_s)
+        tables = [self.store.read(e) for e in entries]
+        table = concat_groups(tables) if tables else CONTEXT_SCHEMA.empty_table()
+        meta = {"batch_id": request_id if entries else "",
+                "group_ids": [e.group_id for e in entries],
+                "dropped_stale": dropped, "version": self.staleness.version}
+        table = table.replace_schema_metadata({BATCH_META: json.dumps(meta).encode()})
+        with self._cond:
+            self.counters["bytes_served"] += table.nbytes
+        return flight.RecordBatchStream(table)
+
+    def _take(self, batch_id: str, n: int, wait_s: float):
+        deadline = time.monotonic() + wait_s
+        with self._cond:
+            if batch_id in self._batches:  # a retried request: the same batch again
+                return self._batches[batch_id], 0
+            if batch_id in self._acked_batches:
+                raise refuse("invalid", f"batch {batch_id!r} was already acked")
+            dropped = 0
+            while True:
+                dropped += self._drop_stale()
+                if len(self._pending) >= n:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return [], dropped
+                self._cond.wait(left)
+            entries = [self._pending.pop(seq) for seq in sorted(self._pending)[:n]]
+            self._batches[batch_id] = entries
+            self.counters["groups_served"] += n
+            return entries, dropped
+
+    def _drop_stale(self) -> int:
+        stale = [e for e in self._pending.values() if self.staleness.is_stale(e.start_version)]
+        if not stale:
+            return 0
+        self.store.record_done("drop", stale, version=self.staleness.version)
+        for e in stale:
+            del self._pending[e.seq]
+            self._done_ids.add(e.group_id)
+        self.staleness.on_dropped(len(stale))
+        self.counters["dropped_stale"] += len(stale)
+        log.info("dropped %d stale group(s) at version %d", len(stale), self.staleness.version)
+        self._cond.notify_all()  # admission capacity grew
+        return len(stale)
+
+    # -- do_action ------------------------------------------------------------
+    def list_actions(self, context):
+        return [(name, doc) for name, doc in ACTIONS.items()]
+
+    def do_action(self, context, action):
+        handler = getattr(self, f"_action_{action.type}", None)
+        if action.type not in ACTIONS or handler is None:
+            raise refuse("invalid", f"unknown action {action.type!r}; known: {', '.join(ACTIONS)}")
+        result = handler(_json_object(action.body.to_pybytes(), f"action {action.type!r} body"))
+        yield flight.Result(json.dumps(result).encode())
+
+    def _action_acquire(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        deadline = time.monotonic() + min(float(_get(body, "wait_s", (int, float), 0.0)),
+                                          MAX_WAIT_S)
+        with self._cond:
+            while True:
+                self._expire_slots()
+                if self.staleness.try_acquire():
+                    slot = uuid.uuid4().hex
+                    self._slots[slot] = (time.monotonic() + self.slot_ttl_s if self.slot_ttl_s
+                                         else float("inf"))
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    slot = ""
+                    break
+                self._cond.wait(min(left, 1.0) if self.slot_ttl_s else left)
+            return {"slot": slot, "capacity": self.staleness.capacity(),
+                    "version": self.staleness.version}
+
+    def _action_release(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        slot = _get(body, "slot", str, "")
+        with self._cond:
+            released = self._slots.pop(slot, None) is not None
+            if released:
+                self.staleness.release()
+                self._cond.notify_all()
+            return {"released": released}
+
+    def _action_set_version(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        version = _get(body, "version", int, None)
+        if version is None or version < 0:
+            raise refuse("invalid", f"set_version needs a version >= 0; got {body}")
+        with self._cond:
+            if version != self.staleness.version:
+                self.store.record_version(version)
+                self.staleness.version = version
+            dropped = self._drop_stale()
+            self._cond.notify_all()
+            return {"version": version, "dropped_stale": dropped}
+
+    def _action_ack(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        batch_id = _get(body, "batch_id", str, "")
+        with self._cond:
+            if batch_id in self._acked_batches:
+                return {"acked": 0, "already": True}
+            entries = self._batches.get(batch_id)
+            if entries is None:
+                raise refuse("unknown_batch", f"unknown batch {batch_id!r} (never served, or "
+                                              f"re-queued by a restart of the buffer)")
+            self.store.record_done("ack", entries, batch_id=batch_id)
+            del self._batches[batch_id]
+            self._acked_batches.add(batch_id)
+            for e in entries:
+                e.table = None
+                self._done_ids.add(e.group_id)
+            self.counters["groups_acked"] += len(entries)
+            return {"acked": len(entries), "already": False}
+
+    def _action_requeue(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        batch_id = _get(body, "batch_id", str, "")
+        with self._cond:
+            ids = [batch_id] if batch_id else list(self._batches)
+            if batch_id and batch_id not in self._batches:
+                raise refuse("unknown_batch", f"unknown batch {batch_id!r}")
+            n = 0
+            for bid in ids:
+                for e in self._batches.pop(bid):
+                    self._pending[e.seq] = e
+                    n += 1
+            self._cond.notify_all()
+            return {"requeued": n}
+
+    def _action_stats(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        with self._cond:
+            self._expire_slots()
+            s = self.staleness
+            return {**self.counters, "version": s.version, "accepted": s.accepted,
+                    "running": s.running, "capacity": s.capacity(),
+                    "max_staleness": s.max_staleness, "batch_groups": s.batch_groups,
+                    "max_running": s.max_running, "pending_groups": len(self._pending),
+                    "outstanding_batches": len(self._batches),
+                    "outstanding_groups": sum(len(b) for b in self._batches.values()),
+                    "in_memory_groups": self._in_memory()}
+
+    # -- helpers --------------------------------------------------------------
+    def _in_memory(self) -> int:
+        held = sum(e.table is not None for e in self._pending.values())
+        return held + sum(e.table is not None for b in self._batches.values() for e in b)
+
+    def _expire_slots(self) -> None:
+        now = time.monotonic()
+        for slot in [s for s, t in self._slots.items() if t <= now]:
+            del self._slots[slot]
+            self.staleness.release()
+            self.counters["slots_expired"] += 1
+            log.warning("rollout slot %s expired after %.0f s without a put or release",
+                        slot, self.slot_ttl_s)
+
+
+class _TokenAuth(flight.ServerMiddlewareFactory):
+    """Refuse every call that does not carry `authorization: Bearer <token>`."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def start_call(self, info, headers):
+        values = headers.get("authorization", [])
+        if not any(token_matches(v, self.token) for v in values):
+            raise flight.FlightUnauthenticatedError("missing or wrong bearer token")
+        return None
+
+
+def _json_object(raw: bytes, what: str) -> Dict[str, Any]:
+    try:
+        body = json.loads(raw or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise refuse("invalid", f"{what} is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise refuse("invalid", f"{what} must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _get(body: Dict[str, Any], key: str, typ, default):
+    value = body.get(key, default)
+    if value is not default and (not isinstance(value, typ) or isinstance(value, bool)):
+        names = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
+        raise refuse("invalid", f"field {key!r} must be {names}, got {value!r}")
+    return value

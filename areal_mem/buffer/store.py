@@ -1,0 +1,162 @@
+"""Durable storage of accepted groups: one Arrow IPC file per group plus a ledger.
+
+`groups/<seq>.arrow` is written to a temporary name, fsynced and renamed, so a
+file that exists is a whole accepted group. `ledger.jsonl` (append-only, fsynced)
+records what must survive a crash besides the files: acked and dropped group ids
+(so a retried put of a trained group is still refused) and the learner's version.
+Acked and dropped files are deleted once the ledger says so; recovery finishes
+any deletion a crash interrupted.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+log = logging.getLogger(__name__)
+_GROUP_FILE = re.compile(r"^(\d{12})\.arrow$")
+
+
+@dataclass
+class GroupEntry:
+    seq: int  # acceptance order; batches are served oldest first
+    group_id: str
+    path: str
+    start_version: int  # the oldest trajectory start in the group
+    rows: int
+    nbytes: int
+    table: Optional[pa.Table] = None  # held in memory, or None: read back from disk
+
+
+@dataclass
+class Recovered:
+    pending: List[GroupEntry]  # accepted, not acked or dropped, by seq
+    done_ids: Set[str]  # acked or dropped: never served again, refused if put again
+    acked: int  # groups trained; they still count as accepted for admission
+    version: int
+    next_seq: int
+
+
+class GroupStore:
+    def __init__(self, root: str, fsync: bool = True) -> None:
+        self.root = root
+        self.fsync = fsync
+        self.groups_dir = os.path.join(root, "groups")
+        self.ledger_path = os.path.join(root, "ledger.jsonl")
+        os.makedirs(self.groups_dir, exist_ok=True)
+
+    def write(self, seq: int, group_id: str, table: pa.Table) -> GroupEntry:
+        """Store one validated group; it is on disk (fsynced when configured) on return."""
+        path = os.path.join(self.groups_dir, f"{seq:012d}.arrow")
+        tmp = os.path.join(self.groups_dir, f".tmp-{seq:012d}.arrow")
+        try:
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+            if self.fsync:
+                _fsync_path(tmp)
+            os.replace(tmp, path)
+            if self.fsync:
+                _fsync_path(self.groups_dir)
+        except BaseException:
+            _unlink(tmp)
+            raise
+        return GroupEntry(seq, group_id, path, _start_version(table), table.num_rows,
+                          table.nbytes)
+
+    @staticmethod
+    def read(entry: GroupEntry) -> pa.Table:
+        if entry.table is not None:
+            return entry.table
+        with pa.memory_map(entry.path) as source:
+            return pa.ipc.open_file(source).read_all()
+
+    def record_done(self, kind: str, entries: Iterable[GroupEntry], **extra) -> None:
+        """Ledger `kind` ("ack" or "drop") for these groups, then delete their files."""
+        entries = list(entries)
+        self._append({kind: [e.group_id for e in entries], **extra})
+        for e in entries:
+            _unlink(e.path)
+
+    def record_version(self, version: int) -> None:
+        self._append({"version": version})
+
+    def recover(self) -> Recovered:
+        """Rebuild the state from the run dir: finish deletions, drop torn temporaries."""
+        done, acked, version = self._read_ledger()
+        max_seq = -1  # file names may be reused once acked files are gone; order is kept
+        pending: List[GroupEntry] = []
+        for name in sorted(os.listdir(self.groups_dir)):
+            path = os.path.join(self.groups_dir, name)
+            if name.startswith(".tmp-"):
+                _unlink(path)  # a put that crashed before it was accepted
+                continue
+            m = _GROUP_FILE.match(name)
+            if not m:
+                continue
+            seq = int(m.group(1))
+            max_seq = max(max_seq, seq)
+            with pa.memory_map(path) as source:
+                table = pa.ipc.open_file(source).read_all()
+            gid = table.column("group_id")[0].as_py()
+            if gid in done:
+                _unlink(path)  # the ledger says acked/dropped; the crash came before the delete
+                continue
+            pending.append(GroupEntry(seq, gid, path, _start_version(table), table.num_rows,
+                                      table.nbytes))
+        return Recovered(pending, done, acked, version, max_seq + 1)
+
+    def _read_ledger(self) -> Tuple[Set[str], int, int]:
+        done: Set[str] = set()
+        acked = 0
+        version = 0
+        if not os.path.exists(self.ledger_path):
+            return done, acked, version
+        with open(self.ledger_path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rec: Dict = json.loads(line)
+            except json.JSONDecodeError as e:
+                if lineno >= len(lines) - 1:  # a torn last append: the crash came mid-write
+                    log.warning("%s:%d: ignoring a torn last record", self.ledger_path, lineno)
+                    continue
+                raise ValueError(f"{self.ledger_path}:{lineno}: corrupt ledger record: {e}") from None
+            done.update(rec.get("ack", ()))
+            acked += len(rec.get("ack", ()))
+            done.update(rec.get("drop", ()))
+            version = rec.get("version", version)
+        return done, acked, version
+
+    def _append(self, record: Dict) -> None:
+        with open(self.ledger_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+
+
+def _start_version(table: pa.Table) -> int:
+    return int(pc.min(table.column("start_version")).as_py())
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

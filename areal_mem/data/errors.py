@@ -1,0 +1,5 @@
+"""The one error type of the data readers: it names the file and the line or row."""
+
+
+class DataError(ValueError):
+    pass

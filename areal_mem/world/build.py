@@ -1,0 +1,89 @@
+"""Write a synthetic world: corpus.jsonl, train/dev/test.jsonl and manifest.json.
+
+Entities (not just questions) are split between train, dev and test, so a held-out
+question asks about entities that no training question names: its answer can only
+come from search. Everything is drawn from one seeded RNG, so a seed gives
+byte-identical files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from typing import Dict, List
+
+from .entities import Entity, make_entities
+from .questions import Question, questions_for_split
+from .render import render_passage
+
+SPLITS = ("train", "dev", "test")
+
+
+def build_world(out_dir: str, seed: int = 0, passages: int = 2000, questions: int = 5000,
+                dev_fraction: float = 0.1, test_fraction: float = 0.1) -> Dict[str, object]:
+    """Build the world into `out_dir` and return its manifest."""
+    if passages < 50:
+        raise ValueError(f"world.passages must be at least 50, got {passages}")
+    if questions < 3:
+        raise ValueError(f"world.questions must be at least 3, got {questions}")
+    if not (0 < dev_fraction < 1 and 0 < test_fraction < 1 and dev_fraction + test_fraction < 1):
+        raise ValueError("world.dev_fraction and world.test_fraction must be in (0, 1) and sum below 1")
+    rng = random.Random(seed)
+    entities = make_entities(rng, passages)
+    order = list(range(len(entities)))
+    rng.shuffle(order)
+    pid = {id(entities[j]): str(i) for i, j in enumerate(order)}
+    real = [e for e in entities if not e.distractor]
+    by_name = {e.name: e for e in real}
+
+    split_of: Dict[str, List[Entity]] = {s: [] for s in SPLITS}
+    for e in real:
+        u = rng.random()
+        split_of["dev" if u < dev_fraction else "test" if u < dev_fraction + test_fraction
+                 else "train"].append(e)
+    n_dev, n_test = round(questions * dev_fraction), round(questions * test_fraction)
+    targets = {"train": questions - n_dev - n_test, "dev": n_dev, "test": n_test}
+
+    os.makedirs(out_dir, exist_ok=True)
+    files = {"corpus": os.path.join(out_dir, "corpus.jsonl")}
+    with open(files["corpus"], "w", encoding="utf-8") as f:
+        for j in order:
+            e = entities[j]
+            f.write(json.dumps({"id": pid[id(e)], "contents": render_passage(e, rng)},
+                               ensure_ascii=False) + "\n")
+    seen: Dict[str, bool] = {}
+    counts: Dict[str, Dict[str, int]] = {}
+    for split in SPLITS:
+        qs = questions_for_split(rng, split_of[split], by_name, targets[split], seen)
+        files[split] = os.path.join(out_dir, f"{split}.jsonl")
+        with open(files[split], "w", encoding="utf-8") as f:
+            for i, q in enumerate(qs):
+                f.write(json.dumps(_row(split, i, q, by_name, pid), ensure_ascii=False) + "\n")
+        counts[split] = {t: sum(q.type == t for q in qs) for t in ("single", "bridge", "comparison")}
+        counts[split]["total"] = len(qs)
+    manifest = {
+        "seed": seed, "passages": len(entities), "distractors": len(entities) - len(real),
+        "questions": counts,
+        "sha256": {k: _sha256(p) for k, p in files.items()},
+    }
+    with open(os.path.join(out_dir, "manifest.json"), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return manifest
+
+
+def _row(split: str, i: int, q: Question, by_name: Dict[str, Entity], pid: Dict[int, str]) -> dict:
+    return {
+        "id": f"{split}_{i}", "question": q.question, "golden_answers": q.golden_answers,
+        "hops": q.hops, "supporting_ids": [pid[id(by_name[n])] for n in q.supporting],
+        "type": q.type, "bridge": q.bridge,
+    }
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,32 @@
+"""`areal-mem world`: build the synthetic search world."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+HELP = "build the synthetic search world (corpus + FlashRAG question splits)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--passages", type=int, default=2000, help="about this many corpus passages")
+    parser.add_argument("--questions", type=int, default=5000, help="questions over all splits")
+    parser.add_argument("--dev-fraction", type=float, default=0.1)
+    parser.add_argument("--test-fraction", type=float, default=0.1)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .build import build_world
+
+    start = time.time()
+    try:
+        manifest = build_world(args.out, args.seed, args.passages, args.questions,
+                               args.dev_fraction, args.test_fraction)
+    except ValueError as e:
+        print(f"areal-mem world: {e}")
+        return 2
+    print(json.dumps({k: manifest[k] for k in ("passages", "distractors", "questions")}, indent=1))
+    print(f"world written to {args.out} in {time.time() - start:.1f}s")
+    return 0

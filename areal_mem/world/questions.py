@@ -1,0 +1,156 @@
+"""Questions over the world: 1-hop facts, 2-hop bridges and comparisons, in varied phrasings."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from .entities import Entity
+
+
+@dataclass
+class Question:
+    question: str
+    golden_answers: List[str]
+    type: str  # single | bridge | comparison
+    supporting: List[str]  # names of the real entities whose passages hold the facts
+    bridge: str = ""  # the entity linking the two passages of a bridge question
+    hops: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.hops = len(self.supporting)
+
+
+SINGLE: Dict[str, Dict[str, List[str]]] = {
+    "person": {
+        "born": ["In what year was {s} born?", "When was {s} born?", "What is the birth year of {s}?"],
+        "birthplace": ["Where was {s} born?", "In which city was {s} born?",
+                       "What is the birthplace of {s}?"],
+        "occupation": ["What was the profession of {s}?", "What did {s} do for a living?"],
+        "employer": ["Which organisation did {s} work for?", "Who employed {s}?"],
+    },
+    "city": {
+        "country": ["In which country is {s} located?", "{s} is a city in which country?"],
+        "founded": ["In what year was {s} founded?", "When was the city of {s} founded?"],
+    },
+    "country": {
+        "capital": ["What is the capital of {s}?", "Which city is the capital of {s}?"],
+        "currency": ["What currency is used in {s}?", "What is the currency of {s}?"],
+    },
+    "org": {
+        "founder": ["Who founded {s}?", "Who was the founder of {s}?"],
+        "headquarters": ["Where is {s} headquartered?", "In which city are the headquarters of {s}?"],
+        "founded": ["In what year was {s} founded?"],
+    },
+    "work": {
+        "creator": ["Who created {s}?", "Who is the creator of {s}?"],
+        "year": ["In what year did {s} appear?", "When was {s} first presented?"],
+    },
+}
+
+# (subject kind, link attribute, attribute of the linked entity) -> phrasings
+BRIDGE: Dict[Tuple[str, str, str], List[str]] = {
+    ("work", "creator", "birthplace"): ["In which city was the creator of {s} born?",
+                                        "Where was the person who created {s} born?"],
+    ("work", "creator", "born"): ["In what year was the creator of {s} born?"],
+    ("org", "founder", "birthplace"): ["Where was the founder of {s} born?"],
+    ("org", "headquarters", "country"): ["In which country is {s} headquartered?",
+                                         "The headquarters of {s} are in which country?"],
+    ("person", "birthplace", "country"): ["In which country was {s} born?",
+                                          "{s} was born in a city of which country?"],
+    ("person", "employer", "headquarters"): ["In which city is the employer of {s} headquartered?"],
+    ("person", "employer", "founder"): ["Who founded the organisation that {s} worked for?"],
+    ("country", "capital", "founded"): ["In what year was the capital of {s} founded?"],
+}
+
+# kind -> (attribute, phrasings); the answer is the entity with the smaller value ("earlier")
+# or, for population, the larger one.
+COMPARISON: Dict[str, List[Tuple[str, List[str]]]] = {
+    "person": [("born", ["Who was born first, {a} or {b}?", "Which of {a} and {b} was born earlier?"])],
+    "city": [("founded", ["Which city was founded earlier, {a} or {b}?"]),
+             ("population", ["Which city has more inhabitants, {a} or {b}?"])],
+    "work": [("year", ["Which appeared first, {a} or {b}?"])],
+    "org": [("founded", ["Which was founded first, {a} or {b}?"])],
+}
+
+SHARES = {"single": 0.5, "bridge": 0.3, "comparison": 0.2}
+
+
+def single_questions(rng: random.Random, pool: List[Entity]) -> List[Question]:
+    out = []
+    for e in pool:
+        for attr, phrasings in SINGLE[e.kind].items():
+            if attr in e.attrs:
+                out.append(Question(rng.choice(phrasings).format(s=e.name), [str(e.attrs[attr])],
+                                    "single", [e.name]))
+    return out
+
+
+def bridge_questions(rng: random.Random, pool: List[Entity], by_name: Dict[str, Entity]) -> List[Question]:
+    out = []
+    for e in pool:
+        for (kind, link, attr), phrasings in BRIDGE.items():
+            if e.kind != kind or link not in e.attrs:
+                continue
+            mid = by_name[str(e.attrs[link])]
+            out.append(Question(rng.choice(phrasings).format(s=e.name), [str(mid.attrs[attr])],
+                                "bridge", [e.name, mid.name], bridge=mid.name))
+    return out
+
+
+def comparison_questions(rng: random.Random, pool: List[Entity], count: int) -> List[Question]:
+    by_kind: Dict[str, List[Entity]] = {}
+    for e in pool:
+        if e.kind in COMPARISON:
+            by_kind.setdefault(e.kind, []).append(e)
+    kinds = [k for k in sorted(by_kind) if len(by_kind[k]) >= 2]
+    out: List[Question] = []
+    for _ in range(count * 3):
+        if len(out) >= count or not kinds:
+            break
+        kind = rng.choice(kinds)
+        a, b = rng.sample(by_kind[kind], 2)
+        attr, phrasings = rng.choice(COMPARISON[kind])
+        q = _compare(rng, a, b, attr, phrasings)
+        if q:
+            out.append(q)
+    return out
+
+
+def _compare(rng: random.Random, a: Entity, b: Entity, attr: str, phrasings: List[str]) -> Optional[Question]:
+    va, vb = int(a.attrs[attr]), int(b.attrs[attr])
+    if va == vb:
+        return None
+    larger_wins = attr == "population"
+    winner = a if (va > vb) == larger_wins else b
+    text = rng.choice(phrasings).format(a=a.name, b=b.name)
+    return Question(text, [winner.name], "comparison", [a.name, b.name])
+
+
+def questions_for_split(rng: random.Random, pool: List[Entity], by_name: Dict[str, Entity],
+                        count: int, seen: Dict[str, bool]) -> List[Question]:
+    """`count` questions about `pool`'s entities, mixed by SHARES, none already in `seen`."""
+    candidates = {
+        "single": single_questions(rng, pool),
+        "bridge": bridge_questions(rng, pool, by_name),
+        "comparison": comparison_questions(rng, pool, int(count * SHARES["comparison"]) + 10),
+    }
+    for items in candidates.values():
+        rng.shuffle(items)
+    chosen: List[Question] = []
+
+    def take(kind: str, n: int) -> None:
+        items = candidates[kind]
+        while items and n > 0 and len(chosen) < count:
+            q = items.pop()
+            if q.question not in seen:
+                seen[q.question] = True
+                chosen.append(q)
+                n -= 1
+
+    for kind, share in SHARES.items():
+        take(kind, round(count * share))
+    for kind in SHARES:  # top up from whatever is left when one type runs short
+        take(kind, count - len(chosen))
+    rng.shuffle(chosen)
+    return chosen

@@ -1,0 +1,86 @@
+"""Training rows (a context row plus its advantages) and their padded tensors.
+
+Tensors are aligned to label positions: position j of a row predicts
+``input_ids[j + 1]``, so response token i of a context sits at
+``prompt_len - 1 + i``. Prompt positions and padding carry mask 0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Sequence
+
+import torch
+
+from areal_mem.trajectory import Context, Group
+
+from .advantages import group_advantages, token_advantages
+
+
+@dataclass
+class TrainRow:
+    input_ids: List[int]
+    prompt_len: int
+    loss_mask: List[int]  # per response token
+    behav_logp: List[float]
+    versions: List[int]
+    advantages: List[float]
+
+    def __post_init__(self) -> None:
+        if self.prompt_len < 1:
+            raise ValueError("prompt_len must be at least 1: the first response token needs a prefix")
+        n = len(self.input_ids) - self.prompt_len
+        if not (len(self.loss_mask) == len(self.behav_logp) == len(self.versions)
+                == len(self.advantages) == n):
+            raise ValueError(f"training row with {n} response tokens has per-token lists of lengths "
+                             f"{len(self.loss_mask)}, {len(self.behav_logp)}, {len(self.versions)}, "
+                             f"{len(self.advantages)}")
+
+    @classmethod
+    def from_context(cls, ctx: Context, advantage: float) -> "TrainRow":
+        return cls(list(ctx.input_ids), ctx.prompt_len, list(ctx.loss_mask), list(ctx.behav_logp),
+                   list(ctx.versions), token_advantages(ctx, advantage))
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return sum(1 for m in self.loss_mask if m)
+
+
+def rows_from_groups(groups: Iterable[Group], norm_std: bool = True) -> List[TrainRow]:
+    """Every context of every trajectory, with its trajectory's group-normalised advantage."""
+    rows = []
+    for g in groups:
+        advs = group_advantages([t.reward for t in g.trajectories], norm_std)
+        for t, a in zip(g.trajectories, advs):
+            rows.extend(TrainRow.from_context(c, a) for c in t.contexts)
+    return rows
+
+
+def collate(rows: Sequence[TrainRow], pad_id: int = 0) -> Dict[str, torch.Tensor]:
+    """Right-padded tensors: `input_ids`/`attention_mask` [B, L]; label-aligned [B, L-1] the rest.
+
+    An empty list gives one dummy row with nothing to learn, so that a rank with
+    no rows still runs its forward/backward in step with the others.
+    """
+    if not rows:
+        rows = [TrainRow([pad_id, pad_id], 1, [0], [0.0], [-1], [0.0])]
+    B, L = len(rows), max(len(r) for r in rows)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    mask = torch.zeros((B, L - 1))
+    behav = torch.zeros((B, L - 1))
+    adv = torch.zeros((B, L - 1))
+    ver = torch.full((B, L - 1), -1, dtype=torch.long)
+    for b, r in enumerate(rows):
+        n, s = len(r), r.prompt_len - 1
+        ids[b, :n] = torch.tensor(r.input_ids)
+        attn[b, :n] = 1
+        e = s + len(r.loss_mask)
+        mask[b, s:e] = torch.tensor(r.loss_mask, dtype=torch.float)
+        behav[b, s:e] = torch.tensor(r.behav_logp, dtype=torch.float)
+        adv[b, s:e] = torch.tensor(r.advantages, dtype=torch.float)
+        ver[b, s:e] = torch.tensor(r.versions, dtype=torch.long)
+    return {"input_ids": ids, "attention_mask": attn, "labels": ids[:, 1:], "loss_mask": mask,
+            "behav_logp": behav * mask, "advantages": adv * mask, "versions": ver}

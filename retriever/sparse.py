@@ -1,0 +1,64 @@
+"""BM25 with bm25s: the corpus is tokenised chunk by chunk into ids, scored once, saved as arrays.
+
+The bm25s tokenizer's vocabulary is saved next to the score matrix, so queries are mapped onto
+exactly the ids the index was built with (unknown words are dropped; a query with none left
+scores every document 0).
+"""
+from __future__ import annotations
+
+import os
+from typing import List, Tuple
+
+import numpy as np
+
+from areal_mem.config.retriever import BM25Config
+
+BM25_DIR = "bm25"
+
+
+def _tokenizer(cfg: BM25Config):
+    from bm25s.tokenization import Tokenizer
+
+    return Tokenizer(stopwords=cfg.stopwords or None, stemmer=None, lower=True)
+
+
+class BM25Builder:
+    def __init__(self, cfg: BM25Config):
+        self.cfg = cfg
+        self.tokenizer = _tokenizer(cfg)
+        self.ids: List[List[int]] = []
+
+    def add(self, texts: List[str]) -> None:
+        self.ids += self.tokenizer.tokenize(texts, update_vocab=True, return_as="ids", show_progress=False)
+
+    def write(self, out_dir: str) -> dict:
+        import bm25s
+
+        if not self.ids:
+            raise ValueError("cannot build an index of an empty corpus")
+        model = bm25s.BM25(k1=self.cfg.k1, b=self.cfg.b, method=self.cfg.method)
+        model.index((self.ids, self.tokenizer.get_vocab_dict()), show_progress=False)
+        path = os.path.join(out_dir, BM25_DIR)
+        model.save(path)
+        self.tokenizer.save_vocab(path)
+        self.tokenizer.save_stopwords(path)
+        return {"k1": self.cfg.k1, "b": self.cfg.b, "method": self.cfg.method,
+                "stopwords": self.cfg.stopwords, "vocab": len(self.tokenizer.get_vocab_dict())}
+
+
+class BM25Searcher:
+    """Scores a whole batch of queries in one bm25s call."""
+
+    def __init__(self, index_dir: str, mmap: bool = True):
+        import bm25s
+
+        path = os.path.join(index_dir, BM25_DIR)
+        self.model = bm25s.BM25.load(path, mmap=mmap, show_progress=False)
+        self.tokenizer = _tokenizer(BM25Config(stopwords=""))
+        self.tokenizer.load_vocab(path)
+        self.tokenizer.load_stopwords(path)
+
+    def search(self, queries: List[str], k: int) -> Tuple[np.ndarray, np.ndarray]:
+        ids = self.tokenizer.tokenize(queries, update_vocab=False, return_as="ids", show_progress=False)
+        rows, scores = self.model.retrieve(ids, k=k, show_progress=False)
+        return rows, scores

@@ -1,0 +1,303 @@
+"""One asyncio client for every generator: real SGLang servers and the embedded server.
+
+It speaks SGLang's native HTTP API only. Requests go to the server with the fewest
+outstanding requests, except that a `sticky_key` (a trajectory id) keeps going to the server
+that served it before, so that server's prefix cache is reused. A server that fails (connection
+error, 5xx, timeout) is skipped for a cool-down and the request is resent elsewhere, at most
+`max_retries` times. A request that comes back aborted because a weight update paused the
+server is resent with its tokens so far appended and the remaining budget; each token keeps
+the weight version the server reported for it, so one result can span several versions.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import aiohttp
+
+from areal_mem.security import auth_headers
+
+from .types import GenerationResult, SamplingParams
+
+log = logging.getLogger(__name__)
+
+PAUSE_MODES = ("abort", "retract", "in_place")
+# Called with (route, JSON payload) for every request sent / response received (contract tests).
+Hook = Callable[[str, Any], None]
+
+
+class GeneratorError(RuntimeError):
+    """A generator answered with an error that resending will not fix (4xx), or gave up."""
+
+    def __init__(self, message: str, status: int = 0, url: str = ""):
+        super().__init__(message)
+        self.status, self.url = status, url
+
+
+class GeneratorUnavailable(GeneratorError):
+    """No server could serve the request within `max_retries` attempts."""
+
+
+class _ServerDown(Exception):
+    pass
+
+
+@dataclass
+class _Server:
+    url: str
+    outstanding: int = 0
+    down_until: float = 0.0
+
+
+def parse_version(value: Any) -> int:
+    """SGLang reports versions as strings; SGLang's never-set "default" is version 0."""
+    if value is None or value == "default":
+        return 0
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise GeneratorError(f"weight_version {value!r} is not an integer") from None
+
+
+def token_versions(meta: Dict[str, Any], n: int) -> List[int]:
+    """Per-token versions of one response: `weight_versions` spans if given, else `weight_version`."""
+    spans = meta.get("weight_versions") or []
+    if not spans:
+        return [parse_version(meta.get("weight_version"))] * n
+    out = [parse_version(spans[-1]["version"])] * n
+    for span in spans:
+        v = parse_version(span["version"])
+        for i in range(max(0, span["start"]), min(n, span["end"])):
+            out[i] = v
+    return out
+
+
+class GeneratorClient:
+    def __init__(self, urls: Sequence[str], token: str = "", timeout_s: float = 300.0,
+                 max_retries: int = 3, cooldown_s: float = 5.0, flush_retry_s: float = 0.2,
+                 on_request: Optional[Hook] = None, on_response: Optional[Hook] = None):
+        if not urls:
+            raise ValueError("GeneratorClient needs at least one server url")
+        self.servers = [_Server(u.rstrip("/")) for u in urls]
+        self.token, self.timeout_s, self.max_retries = token, timeout_s, max_retries
+        self.cooldown_s, self.flush_retry_s = cooldown_s, flush_retry_s
+        self.on_request, self.on_response = on_request, on_response
+        self._sticky: Dict[str, _Server] = {}
+        self._rid_server: Dict[str, _Server] = {}
+        self._cancelled: set = set()
+        self._session: Optional[aiohttp.ClientSession] = None
+
+    # ---- plumbing ----
+    @property
+    def urls(self) -> List[str]:
+        return [s.url for s in self.servers]
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                headers=auth_headers(self.token),
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                connector=aiohttp.TCPConnector(limit=0),
+            )
+        return self._session
+
+    async def _call(self, server: _Server, method: str, route: str, payload: Optional[dict] = None):
+        """One HTTP call. Raises `_ServerDown` (retryable) or `GeneratorError` (4xx)."""
+        if payload is not None and self.on_request:
+            self.on_request(route, payload)
+        try:
+            async with self._http().request(method, server.url + route, json=payload) as resp:
+                body = await resp.json(content_type=None) if resp.content_length != 0 else None
+                status = resp.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, ValueError) as e:
+            raise _ServerDown(f"{server.url}{route}: {type(e).__name__}: {e}") from e
+        if status >= 500:
+            raise _ServerDown(f"{server.url}{route}: HTTP {status}: {body}")
+        if status >= 400:
+            msg = body.get("error", {}).get("message", body) if isinstance(body, dict) else body
+            raise GeneratorError(f"{server.url}{route}: HTTP {status}: {msg}", status, server.url)
+        if self.on_response and body is not None:
+            self.on_response(route, body)
+        return body
+
+    def _pick(self, sticky_key: Optional[str]) -> _Server:
+        now = time.monotonic()
+        up = [s for s in self.servers if s.down_until <= now] or self.servers
+        if sticky_key is not None:
+            s = self._sticky.get(sticky_key)
+            if s is not None and s in up:
+                return s
+        s = min(up, key=lambda s: s.outstanding)
+        if sticky_key is not None:
+            self._sticky[sticky_key] = s
+        return s
+
+    def forget(self, sticky_key: str) -> None:
+        """Drop a finished trajectory's stickiness."""
+        self._sticky.pop(sticky_key, None)
+
+    # ---- generation ----
+    async def generate(self, input_ids: List[int], sampling: SamplingParams,
+                       rid: Optional[str] = None, sticky_key: Optional[str] = None) -> GenerationResult:
+        rid = rid or uuid.uuid4().hex
+        out_ids: List[int] = []
+        logps: List[float] = []
+        versions: List[int] = []
+        failures = resumes = 0
+        t0 = time.monotonic()
+        while True:
+            remaining = sampling.max_new_tokens - len(out_ids)
+            params = replace(sampling, max_new_tokens=remaining)
+            if sampling.min_new_tokens:
+                params.min_new_tokens = max(0, sampling.min_new_tokens - len(out_ids))
+            payload = {"input_ids": list(input_ids) + out_ids, "sampling_params": params.to_sglang(),
+                       "return_logprob": True, "rid": rid}
+            server = self._pick(sticky_key)
+            server.outstanding += 1
+            self._rid_server[rid] = server
+            try:
+                body = await self._call(server, "POST", "/generate", payload)
+            except _ServerDown as e:
+                server.down_until = time.monotonic() + self.cooldown_s
+                failures += 1
+                log.warning("generator failed (%d/%d): %s", failures, self.max_retries, e)
+                if failures > self.max_retries:
+                    raise GeneratorUnavailable(f"request {rid}: gave up after {failures} failures: {e}") from e
+                if sticky_key is not None:
+                    self._sticky.pop(sticky_key, None)
+                await asyncio.sleep(min(2.0, 0.05 * 2 ** failures))
+                continue
+            finally:
+                server.outstanding -= 1
+                self._rid_server.pop(rid, None)
+            meta = body["meta_info"]
+            entries = meta.get("output_token_logprobs") or []
+            ids = [e[1] for e in entries]
+            if ids != body.get("output_ids", ids):
+                raise GeneratorError(f"{server.url}: output_ids and output_token_logprobs disagree")
+            out_ids += ids
+            logps += [float(e[0]) for e in entries]
+            versions += token_versions(meta, len(ids))
+            finish = meta.get("finish_reason") or {"type": "abort"}
+            if finish["type"] == "abort" and rid not in self._cancelled and len(out_ids) < sampling.max_new_tokens:
+                resumes += 1  # paused for a weight update: resend; the server holds it until continue
+                continue
+            self._cancelled.discard(rid)
+            return GenerationResult(
+                output_ids=out_ids, logprobs=logps, versions=versions,
+                finish_reason="length" if finish["type"] == "abort" and len(out_ids) >= sampling.max_new_tokens else finish["type"],
+                matched_stop=finish.get("matched"), prompt_tokens=len(input_ids),
+                meta={"rid": rid, "server": server.url, "resumes": resumes, "failures": failures,
+                      "e2e_latency": time.monotonic() - t0, "text": body.get("text", "")},
+            )
+
+    # ---- admin calls (the learner's side); each goes to every server ----
+    async def _all(self, method: str, route: str, payload: Optional[dict] = None,
+                   payloads: Optional[List[dict]] = None) -> List[Any]:
+        async def one(i: int, s: _Server):
+            try:
+                return await self._call(s, method, route, payloads[i] if payloads else payload)
+            except _ServerDown as e:
+                raise GeneratorError(str(e), 0, s.url) from e
+        return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(self.servers))))
+
+    @staticmethod
+    def _check_success(route: str, answers: List[Any], urls: List[str]) -> List[dict]:
+        for url, a in zip(urls, answers):
+            if not (isinstance(a, dict) and a.get("success")):
+                raise GeneratorError(f"{url}{route} failed: {a}", 0, url)
+        return answers
+
+    async def pause(self, mode: str = "abort") -> None:
+        if mode not in PAUSE_MODES:
+            raise ValueError(f"pause mode must be one of {PAUSE_MODES}, not {mode!r}")
+        await self._all("POST", "/pause_generation", {"mode": mode})
+
+    async def continue_generation(self) -> None:
+        await self._all("POST", "/continue_generation", {})
+
+    async def abort_request(self, rid: str) -> None:
+        """Abort one request; its `generate` returns what it has (finish_reason "abort")."""
+        self._cancelled.add(rid)
+        s = self._rid_server.get(rid)
+        targets = [s] if s is not None else self.servers
+        await asyncio.gather(*(self._call(t, "POST", "/abort_request", {"rid": rid}) for t in targets))
+
+    async def update_weights_from_disk(self, path: str, version: int,
+                                       abort_all_requests: bool = False) -> List[dict]:
+        payload = {"model_path": path, "weight_version": str(version),
+                   "abort_all_requests": abort_all_requests}
+        return self._check_success("/update_weights_from_disk",
+                                   await self._all("POST", "/update_weights_from_disk", payload), self.urls)
+
+    async def init_weights_update_group(self, master_address: str, master_port: int,
+                                        group_name: str = "weights", backend: str = "gloo",
+                                        ranks_per_server: int = 1) -> int:
+        """Every server joins the group (rank 0 is the caller, who must join at the same time).
+
+        Returns the group's world size: 1 + ranks_per_server x servers.
+        """
+        world = 1 + ranks_per_server * len(self.servers)
+        payloads = [{"master_address": master_address, "master_port": master_port,
+                     "rank_offset": 1 + i * ranks_per_server, "world_size": world,
+                     "group_name": group_name, "backend": backend} for i in range(len(self.servers))]
+        self._check_success("/init_weights_update_group",
+                            await self._all("POST", "/init_weights_update_group", payloads=payloads), self.urls)
+        return world
+
+    async def update_weights_from_distributed(self, names: List[str], dtypes: List[str],
+                                              shapes: List[List[int]], group_name: str,
+                                              version: int, flush_cache: bool = False) -> List[dict]:
+        """Announce a bucket; the caller broadcasts its tensors in this order meanwhile."""
+        payload = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
+                   "weight_version": str(version), "flush_cache": flush_cache}
+        return self._check_success("/update_weights_from_distributed",
+                                   await self._all("POST", "/update_weights_from_distributed", payload), self.urls)
+
+    async def flush_cache(self, timeout_s: float = 60.0) -> None:
+        """Flush every server's cache, retrying while one answers 400 (requests in flight)."""
+        deadline = time.monotonic() + timeout_s
+        for s in self.servers:
+            while True:
+                try:
+                    await self._call(s, "POST", "/flush_cache", None)
+                    break
+                except GeneratorError as e:
+                    if e.status != 400 or time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(self.flush_retry_s)
+                except _ServerDown as e:
+                    raise GeneratorError(str(e), 0, s.url) from e
+
+    async def model_info(self) -> Dict[str, dict]:
+        """url -> `/model_info` (model_path, weight_version, ...)."""
+        return dict(zip(self.urls, await self._all("GET", "/model_info")))
+
+    async def weight_versions(self) -> Dict[str, int]:
+        return {u: parse_version(i.get("weight_version")) for u, i in (await self.model_info()).items()}
+
+    async def health(self) -> Dict[str, bool]:
+        """url -> healthy; a healthy answer also ends a server's cool-down."""
+        async def one(s: _Server) -> bool:
+            try:
+                await self._call(s, "GET", "/health")
+            except (_ServerDown, GeneratorError):
+                return False
+            s.down_until = 0.0
+            return True
+        return dict(zip(self.urls, await asyncio.gather(*(one(s) for s in self.servers))))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> "GeneratorClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

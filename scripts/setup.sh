@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Create .venv (if absent) and install areal-mem into it for CPU.
+#   scripts/setup.sh          core install (what the debug training needs)
+#   scripts/setup.sh test     plus the test extra and SGLang's schema file (no CUDA)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+# The CPU build first: any other torch request would pull a multi-GB CUDA build.
+.venv/bin/python -m pip install --quiet torch==2.13.0
+if [ "${1:-}" = "test" ]; then
+  .venv/bin/python -m pip install --quiet -e '.[test]'
+  # Only for the contract test: SGLang's api_types.py is read by path, the package never imported.
+  .venv/bin/python -m pip install --quiet --no-deps sglang==0.5.23
+else
+  .venv/bin/python -m pip install --quiet -e .
+fi
+echo "areal-mem installed in .venv"

@@ -1,0 +1,50 @@
+"""The tiny model and tokenizer load with plain transformers and round-trip text exactly."""
+import os
+import subprocess
+import sys
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from areal_mem.tiny_model import SPECIAL_TOKENS, TAG_TOKENS, memsearcher_prompt
+
+
+def test_tokenizer_round_trips_prompt_and_special_tokens(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = memsearcher_prompt().replace("{question}", "Who founded Velkor Dynamics?").replace(
+        "{memory}", "") + " I should search.</think>\n<tool_call>\n{\"name\": \"x\"}\n</tool_call><|im_end|>"
+    ids = tok.encode(prompt, add_special_tokens=False)
+    assert tok.decode(ids) == prompt
+    for t in SPECIAL_TOKENS + TAG_TOKENS:
+        one = tok.encode(t, add_special_tokens=False)
+        assert len(one) == 1 and tok.decode(one) == t, t
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+    assert tok.decode(tok.encode("  two  spaces\n\ttab", add_special_tokens=False)) == "  two  spaces\n\ttab"
+
+
+def test_model_loads_and_gives_vocab_sized_logits(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    ids = torch.tensor([tok.encode("Where was Moldin Tedy born?", add_special_tokens=False)])
+    logits = model(ids).logits
+    assert logits.shape == (1, ids.shape[1], len(tok))
+    assert torch.isfinite(logits).all()
+    assert model.config.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+
+
+def test_cli_writes_a_loadable_model(world_dir, tmp_path):
+    out = tmp_path / "m"
+    res = subprocess.run([sys.executable, "-m", "areal_mem.cli", "init-model", "--world", world_dir,
+                          "--out", str(out), "--hidden", "32", "--intermediate", "64",
+                          "--layers", "1", "--heads", "2", "--kv-heads", "1", "--vocab", "600"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "parameters" in res.stdout
+    assert os.path.exists(out / "model.safetensors") and os.path.exists(out / "tokenizer.json")
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    assert model.config.hidden_size == 32
+    missing = subprocess.run([sys.executable, "-m", "areal_mem.cli", "init-model", "--world",
+                              str(tmp_path / "none"), "--out", str(tmp_path / "x")],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and "build the world first" in missing.stdout
