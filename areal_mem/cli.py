@@ -17,6 +17,13 @@ COMMANDS = {
     "config": "areal_mem.commands.config_cmd",
     "world": "areal_mem.world.command",
     "init-model": "areal_mem.tiny_model",
+    "retriever": "retriever.command",
+    "buffer": "areal_mem.buffer.command",
+    "generator": "rollout.generator.command",
+    "data": "areal_mem.data.command",
+    "eval": "areal_mem.evaluation.command",
+    "learner": "learner.command",
+    "sft": "learner.sft_command",
 }
 
 

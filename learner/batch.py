@@ -84,3 +84,45 @@ def collate(rows: Sequence[TrainRow], pad_id: int = 0) -> Dict[str, torch.Tensor
         ver[b, s:e] = torch.tensor(r.versions, dtype=torch.long)
     return {"input_ids": ids, "attention_mask": attn, "labels": ids[:, 1:], "loss_mask": mask,
             "behav_logp": behav * mask, "advantages": adv * mask, "versions": ver}
+
+
+def broadcast_rows(rows: Sequence[TrainRow] | None, src: int = 0) -> List[TrainRow]:
+    """Every rank gets rank `src`'s rows, as plain tensors (no pickling between processes)."""
+    import torch.distributed as dist
+
+    from .distributed import device, rank, world_size
+
+    if world_size() == 1:
+        return list(rows)
+    dev = device()
+    mine = rank() == src
+    head = torch.zeros(2, dtype=torch.long, device=dev)
+    if mine:
+        head[0], head[1] = len(rows), sum(len(r) for r in rows)
+    dist.broadcast(head, src)
+    n, total = int(head[0]), int(head[1])
+    shape = torch.zeros((n, 2), dtype=torch.long, device=dev)
+    ints = torch.zeros((3, total), dtype=torch.long, device=dev)  # ids, mask, versions (padded to total)
+    floats = torch.zeros((2, total), dtype=torch.float64, device=dev)  # behav_logp, advantages
+    if mine:
+        shape[:, 0] = torch.tensor([len(r) for r in rows])
+        shape[:, 1] = torch.tensor([r.prompt_len for r in rows])
+        ints[0] = torch.tensor([t for r in rows for t in r.input_ids])
+        resp = [(r.loss_mask, r.versions, r.behav_logp, r.advantages) for r in rows]
+        k = sum(len(r[0]) for r in resp)
+        ints[1, :k] = torch.tensor([m for r in resp for m in r[0]])
+        ints[2, :k] = torch.tensor([v for r in resp for v in r[1]])
+        floats[0, :k] = torch.tensor([x for r in resp for x in r[2]], dtype=torch.float64)
+        floats[1, :k] = torch.tensor([x for r in resp for x in r[3]], dtype=torch.float64)
+    for t in (shape, ints, floats):
+        dist.broadcast(t, src)
+    if mine:
+        return list(rows)
+    out, a, b = [], 0, 0
+    ids, lm, vs = (ints[i].tolist() for i in range(3))
+    bl, ad = floats[0].tolist(), floats[1].tolist()
+    for length, plen in shape.tolist():
+        m = length - plen
+        out.append(TrainRow(ids[a:a + length], plen, lm[b:b + m], bl[b:b + m], vs[b:b + m], ad[b:b + m]))
+        a, b = a + length, b + m
+    return out

@@ -59,7 +59,7 @@ class DenseIndexBuilder:
         m = self.cfg.pq_m or max(1, self.dim // 8)
         if self.dim % m:
             raise ValueError(f"retriever.faiss.pq_m={m} must divide the encoder dimension {self.dim}")
-        return f"IVF{nlist},PQ{m}"
+        return f"IVF{nlist},PQ{m}x{self.cfg.pq_nbits}"
 
     def add(self, vectors: np.ndarray) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -94,7 +94,8 @@ def _describe(index) -> str:
     faiss = _faiss()
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
-        return f"IVF{ivf.nlist},PQ{faiss.downcast_index(ivf).pq.M}"
+        pq = faiss.downcast_index(ivf).pq
+        return f"IVF{ivf.nlist},PQ{pq.M}x{pq.nbits}"
     if isinstance(index, faiss.IndexHNSW):
         return "HNSW"
     return "Flat"

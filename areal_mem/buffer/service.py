@@ -22,9 +22,8 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
-import pyarrow as pa
 import pyarrow.flight as flight
 
 from ..security import check_bind, token_matches
@@ -63,13 +62,13 @@ class BufferService(flight.FlightServerBase):
         self.slot_ttl_s = slot_ttl_s
         self._cond = threading.Condition()
         self._pending: Dict[int, GroupEntry] = {e.seq: e for e in rec.pending}
-        self._done_ids = rec.done_ids  # acked or dropped
-        self._known_ids = rec.done_ids | {e.group_id for e in rec.pending}
+        self._known_ids = rec.done_ids | {e.group_id for e in rec.pending}  # refused if put again
         self._reserved: set = set()  # puts in progress
         self._next_seq = rec.next_seq
         self._batches: Dict[str, List[GroupEntry]] = {}  # served, not acked
         self._acked_batches: set = set()
         self._slots: Dict[str, float] = {}  # slot id -> expiry (monotonic; inf: none)
+        self._held = 0  # groups whose table is in memory (bounded by max_memory_groups)
         self.staleness.accepted = len(rec.pending) + rec.acked
         self.counters = {"groups_put": 0, "bytes_put": 0, "groups_served": 0, "bytes_served": 0,
                          "groups_acked": 0, "dropped_stale": 0, "slots_expired": 0,
@@ -94,6 +93,8 @@ class BufferService(flight.FlightServerBase):
         with self._cond:
             if group_id in self._known_ids or group_id in self._reserved:
                 self.counters["refused_duplicate"] += 1
+                if self._slots.pop(slot, None) is not None:  # its group is in already
+                    self.staleness.release()
                 raise refuse("duplicate", f"group {group_id!r} was already accepted")
             self._reserved.add(group_id)
             seq = self._next_seq
@@ -108,8 +109,9 @@ class BufferService(flight.FlightServerBase):
         with self._cond:
             self._reserved.discard(group_id)
             self._known_ids.add(group_id)
-            if self._in_memory() < self.max_memory_groups:
+            if self._held < self.max_memory_groups:
                 entry.table = table
+                self._held += 1
             self._pending[seq] = entry
             self.staleness.on_accepted(held_slot=self._slots.pop(slot, None) is not None)
             self.counters["groups_put"] += 1
@@ -163,7 +165,7 @@ class BufferService(flight.FlightServerBase):
         self.store.record_done("drop", stale, version=self.staleness.version)
         for e in stale:
             del self._pending[e.seq]
-            self._done_ids.add(e.group_id)
+        self._forget_tables(stale)
         self.staleness.on_dropped(len(stale))
         self.counters["dropped_stale"] += len(stale)
         log.info("dropped %d stale group(s) at version %d", len(stale), self.staleness.version)
@@ -233,9 +235,7 @@ class BufferService(flight.FlightServerBase):
             self.store.record_done("ack", entries, batch_id=batch_id)
             del self._batches[batch_id]
             self._acked_batches.add(batch_id)
-            for e in entries:
-                e.table = None
-                self._done_ids.add(e.group_id)
+            self._forget_tables(entries)
             self.counters["groups_acked"] += len(entries)
             return {"acked": len(entries), "already": False}
 
@@ -254,6 +254,9 @@ class BufferService(flight.FlightServerBase):
             return {"requeued": n}
 
     def _action_stats(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        return self.stats()
+
+    def stats(self) -> Dict[str, Any]:
         with self._cond:
             self._expire_slots()
             s = self.staleness
@@ -263,12 +266,14 @@ class BufferService(flight.FlightServerBase):
                     "max_running": s.max_running, "pending_groups": len(self._pending),
                     "outstanding_batches": len(self._batches),
                     "outstanding_groups": sum(len(b) for b in self._batches.values()),
-                    "in_memory_groups": self._in_memory()}
+                    "in_memory_groups": self._held}
 
     # -- helpers --------------------------------------------------------------
-    def _in_memory(self) -> int:
-        held = sum(e.table is not None for e in self._pending.values())
-        return held + sum(e.table is not None for b in self._batches.values() for e in b)
+    def _forget_tables(self, entries: List[GroupEntry]) -> None:
+        for e in entries:
+            if e.table is not None:
+                e.table = None
+                self._held -= 1
 
     def _expire_slots(self) -> None:
         now = time.monotonic()

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
@@ -50,6 +51,8 @@ class GroupStore:
         self.groups_dir = os.path.join(root, "groups")
         self.ledger_path = os.path.join(root, "ledger.jsonl")
         os.makedirs(self.groups_dir, exist_ok=True)
+        # Deleting done files is off the ack's path; recovery finishes what a crash cut short.
+        self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buffer-delete")
 
     def write(self, seq: int, group_id: str, table: pa.Table) -> GroupEntry:
         """Store one validated group; it is on disk (fsynced when configured) on return."""
@@ -80,8 +83,8 @@ class GroupStore:
         """Ledger `kind` ("ack" or "drop") for these groups, then delete their files."""
         entries = list(entries)
         self._append({kind: [e.group_id for e in entries], **extra})
-        for e in entries:
-            _unlink(e.path)
+        paths = [e.path for e in entries]
+        self._deleter.submit(lambda: [_unlink(p) for p in paths])
 
     def record_version(self, version: int) -> None:
         self._append({"version": version})
@@ -101,8 +104,12 @@ class GroupStore:
                 continue
             seq = int(m.group(1))
             max_seq = max(max_seq, seq)
-            with pa.memory_map(path) as source:
-                table = pa.ipc.open_file(source).read_all()
+            try:
+                with pa.memory_map(path) as source:
+                    table = pa.ipc.open_file(source).read_all()
+            except (pa.ArrowInvalid, OSError) as e:
+                raise ValueError(f"{path}: unreadable group file (renamed only when complete, "
+                                 f"so the disk corrupted it): {e}") from None
             gid = table.column("group_id")[0].as_py()
             if gid in done:
                 _unlink(path)  # the ledger says acked/dropped; the crash came before the delete
@@ -117,17 +124,18 @@ class GroupStore:
         version = 0
         if not os.path.exists(self.ledger_path):
             return done, acked, version
-        with open(self.ledger_path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-        for lineno, line in enumerate(lines, 1):
+        with open(self.ledger_path, "rb") as f:
+            data = f.read()
+        complete = data.rfind(b"\n") + 1
+        if complete < len(data):  # no newline: an append the crash cut short, never confirmed
+            log.warning("%s: dropping a torn last record", self.ledger_path)
+            os.truncate(self.ledger_path, complete)
+        for lineno, line in enumerate(data[:complete].decode("utf-8").splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 rec: Dict = json.loads(line)
             except json.JSONDecodeError as e:
-                if lineno >= len(lines) - 1:  # a torn last append: the crash came mid-write
-                    log.warning("%s:%d: ignoring a torn last record", self.ledger_path, lineno)
-                    continue
                 raise ValueError(f"{self.ledger_path}:{lineno}: corrupt ledger record: {e}") from None
             done.update(rec.get("ack", ()))
             acked += len(rec.get("ack", ()))

@@ -4,9 +4,10 @@ from dataclasses import dataclass
 
 @dataclass
 class EvalConfig:
-    data: str = ""  # FlashRAG jsonl; empty: the world's test split
-    method: str = "memsearcher"  # memsearcher | react | a registered workflow
-    max_turns: int = 20
-    concurrency: int = 16
+    data: str = ""  # FlashRAG jsonl or Search-R1 parquet; empty: the world's test split
+    method: str = "memsearcher"  # memsearcher | react | a registered workflow or module:attribute
+    max_turns: int = 20  # turn limit in evaluation (training uses rollout.max_turns)
+    concurrency: int = 16  # episodes in flight
     limit: int = 0  # 0: every question
     temperature: float = 0.0  # greedy
+    out_dir: str = ""  # empty: <run_dir>/eval/<method>

@@ -1,6 +1,7 @@
 """The DeepSpeed learner: optimisation, loss, publishing and checkpoints."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import List
 
 
 class Dtype(str, Enum):
@@ -35,6 +36,17 @@ class ResumeMode(str, Enum):
 
 
 @dataclass
+class SFTConfig:
+    """`areal-mem sft`: supervised warm start on context rows (loss on masked-in tokens)."""
+
+    data: List[str] = field(default_factory=list)  # jsonl or Arrow (.arrow/.parquet) files of context rows
+    epochs: int = 1
+    batch_rows: int = 64  # contexts per optimiser step
+    lr: float = 1e-4
+    out_dir: str = ""  # empty: <run_dir>/sft/model (checkpoints in <run_dir>/sft/checkpoints)
+
+
+@dataclass
 class LearnerConfig:
     steps: int = 100  # optimiser steps (batches) to train
     lr: float = 1e-6
@@ -64,7 +76,10 @@ class LearnerConfig:
     # Weights to the generators.
     publisher: PublisherKind = PublisherKind.distributed
     publish_interval: int = 1  # push every N steps
+    pause_mode: str = "abort"  # /pause_generation mode: abort | retract | in_place
     bucket_mb: float = 512.0  # distributed: bytes per broadcast bucket, in MiB
+    weight_master_address: str = "127.0.0.1"  # distributed: this host as the generators reach it
+    ranks_per_server: int = 1  # distributed: weight-group ranks per generator (SGLang tp size)
     keep_weights: int = 2  # disk: how many pushed checkpoints to keep
     probe_check: bool = False  # after a push, compare the generator's log-probs on a probe
     probe_tolerance: float = 1e-4
@@ -75,3 +90,4 @@ class LearnerConfig:
     export_hf: bool = True  # write the final model in HF format to <run_dir>/final
     log_interval: int = 1
     batch_timeout_s: float = 600.0  # give up waiting for the buffer after this long
+    sft: SFTConfig = field(default_factory=SFTConfig)

@@ -42,6 +42,7 @@ class FaissConfig:
     ivf_nlist: int = 0  # inverted lists; 0: about 4 * sqrt(documents)
     ivf_nprobe: int = 16  # lists probed per query
     pq_m: int = 0  # sub-quantisers; 0: dimension / 8 (must divide the dimension)
+    pq_nbits: int = 8  # bits per sub-quantiser code (2**nbits centroids each)
     train_size: int = 50000  # vectors sampled (the corpus head) to train IVF-PQ
     gpu: bool = False  # use faiss-gpu when installed; refused with a clear error otherwise
 

@@ -4,6 +4,11 @@ from enum import Enum
 from typing import Any, Dict, List
 
 
+class PromptStyle(str, Enum):
+    released = "released"  # the released MemSearcher text (published weights need it)
+    short = "short"  # areal_mem/prompts/<workflow>_short.txt: a tiny model learns it quickly
+
+
 class AnswerMetric(str, Enum):
     f1 = "f1"  # as released
     em = "em"
@@ -18,7 +23,8 @@ class RolloutConfig:
     reward: str = "memsearcher"  # registered name or module:attribute
     reward_metric: AnswerMetric = AnswerMetric.f1  # score of a well-formatted answer
     format_score: float = 0.1  # reward of a well-formatted answer that scores 0
-    prompt_file: str = ""  # empty: the workflow's default (the released MemSearcher prompt)
+    prompt_style: PromptStyle = PromptStyle.released  # packaged templates of the built-in workflows
+    prompt_file: str = ""  # a template file of your own; wins over prompt_style
     num_workers: int = 1
     group_size: int = 5
     max_concurrent_groups: int = 16

@@ -1,10 +1,13 @@
-"""`areal-mem data convert IN OUT`: convert question files between FlashRAG jsonl and Search-R1 parquet."""
+"""`areal-mem data convert IN OUT` between FlashRAG jsonl and Search-R1 parquet; `areal-mem data demos` (oracle SFT rows)."""
 from __future__ import annotations
 
 import argparse
 import sys
 
-HELP = "convert question files between FlashRAG jsonl (areal-mem's task format) and Search-R1 parquet"
+from ..commands.config_args import add_config_arguments, config_from_args
+
+HELP = ("question files: convert FlashRAG jsonl (areal-mem's task format) <-> Search-R1 parquet; "
+        "write oracle demonstrations for SFT")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,9 +19,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     conv.add_argument("--from", dest="src", choices=formats, help="format of IN (default: by extension)")
     conv.add_argument("--to", dest="dst", choices=formats, help="format of OUT (default: by extension)")
     conv.add_argument("--limit", type=int, default=0, help="keep only the first N questions (0: all)")
+    demos = sub.add_parser("demos", help="write the scripted oracle's MemSearcher demonstrations (context "
+                                         "rows, jsonl) for `areal-mem sft`; uses world.dir, model.path, "
+                                         "the rollout settings and the retriever (started when none is set)")
+    add_config_arguments(demos)
+    demos.add_argument("--out", required=True, metavar="FILE", help="jsonl of context rows to write")
+    demos.add_argument("--split", default="train", choices=["train", "dev", "test"], help="world split")
+    demos.add_argument("--limit", type=int, default=0, help="first N questions (0: all)")
+    demos.add_argument("--mistakes", type=float, default=0.1,
+                       help="share of oracle decisions that go wrong (wrong search, forgotten fact, wrong answer)")
+    demos.add_argument("--seed", type=int, default=0)
+    demos.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
+    return _demos(args) if args.action == "demos" else _convert(args)
+
+
+def _demos(args: argparse.Namespace) -> int:
+    from rollout.oracle import write_demonstrations
+
+    stats = write_demonstrations(config_from_args(args), args.out, split=args.split, limit=args.limit,
+                                 mistake_rate=args.mistakes, seed=args.seed, progress=not args.quiet)
+    print(f"wrote {stats['rows']} context rows for {stats['questions']} questions to {args.out} "
+          f"(oracle EM {stats['em']:.3f}, mean reward {stats['reward']:.3f})")
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
     from . import DataError, read_tasks, write_tasks
 
     try:

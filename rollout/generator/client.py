@@ -11,6 +11,7 @@ the weight version the server reported for it, so one result can span several ve
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -111,14 +112,19 @@ class GeneratorClient:
             self.on_request(route, payload)
         try:
             async with self._http().request(method, server.url + route, json=payload) as resp:
-                body = await resp.json(content_type=None) if resp.content_length != 0 else None
+                text = await resp.text()
                 status = resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, ValueError) as e:
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
             raise _ServerDown(f"{server.url}{route}: {type(e).__name__}: {e}") from e
+        try:  # SGLang answers some routes (/health, /flush_cache) with plain text
+            body = json.loads(text) if text else None
+        except ValueError:
+            body = text
         if status >= 500:
             raise _ServerDown(f"{server.url}{route}: HTTP {status}: {body}")
         if status >= 400:
-            msg = body.get("error", {}).get("message", body) if isinstance(body, dict) else body
+            err = body.get("error", body) if isinstance(body, dict) else body
+            msg = err.get("message", err) if isinstance(err, dict) else err
             raise GeneratorError(f"{server.url}{route}: HTTP {status}: {msg}", status, server.url)
         if self.on_response and body is not None:
             self.on_response(route, body)

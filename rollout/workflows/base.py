@@ -19,6 +19,8 @@ from rollout.rewards.answer_reward import format_error
 from rollout.rewards.metrics import exact_match, f1_score, substring_match
 from rollout.tools.base import Tool
 
+from .tokens import load_prompt
+
 RewardFn = Callable[[str, Task], float]  # (final assistant message, task) -> reward
 
 
@@ -35,6 +37,11 @@ class Limits:
     max_new_tokens: int = 512  # per generation
     max_memory_tokens: int = 1024
     max_context_tokens: int = 4096  # prompt + response of one context
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_new_tokens", "max_memory_tokens", "max_context_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"rollout.{name} must be at least 1, got {getattr(self, name)}")
 
 
 @dataclass
@@ -54,10 +61,27 @@ class WorkflowContext:
 
 class Workflow(ABC):
     name: str = ""
+    default_prompt: str = ""  # a file in areal_mem/prompts/, used when the config names none
+
+    def template(self, ctx: WorkflowContext) -> str:
+        """The prompt template of this episode: the configured one, else the workflow's default."""
+        return ctx.prompt_template or load_prompt("", self.default_prompt)
 
     @abstractmethod
     async def run(self, task: Task, ctx: WorkflowContext, traj_id: str) -> Trajectory:
         """Run one episode of `task`; never raises for model mistakes, only for broken services."""
+
+
+def record_turn_lengths(traj: Trajectory, lengths: List[int]) -> None:
+    """Context length (tokens) at the end of each turn, as flat info columns the buffer accepts:
+    `context_tokens` "n0,n1,..." and `max_context_tokens`."""
+    traj.info["context_tokens"] = ",".join(str(n) for n in lengths)
+    traj.info["max_context_tokens"] = max(lengths, default=0)
+
+
+def turn_lengths(info: Dict[str, Any]) -> List[int]:
+    text = info.get("context_tokens", "")
+    return [int(n) for n in text.split(",")] if text else []
 
 
 def score_trajectory(traj: Trajectory, message: str, task: Task, ctx: WorkflowContext) -> Trajectory:

@@ -9,16 +9,16 @@ is carried to the next turn, so the context length stays flat.
 from __future__ import annotations
 
 import re
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from areal_mem.data.task import Task
 from areal_mem.trajectory import Context, Trajectory
 from rollout.tools.calls import find_tool_calls
 from rollout.tools.execute import execute_calls, render_tool_responses
 
-from .base import Workflow, WorkflowContext, score_trajectory
+from .base import Workflow, WorkflowContext, record_turn_lengths, score_trajectory
 from .tokens import (ASSISTANT_HEADER, IM_END, IM_START, ContextBuilder, assistant_prefix, encode,
-                     generate_into, load_prompt, render_prompt)
+                     generate_into, render_prompt)
 
 MEMORY_INSTRUCTION = (
     "Please read the tool response carefully and update the memory with new information that helps "
@@ -44,62 +44,58 @@ class MemSearcherWorkflow(Workflow):
     default_prompt = "memsearcher.txt"
 
     async def run(self, task: Task, ctx: WorkflowContext, traj_id: str) -> Trajectory:
-        template = ctx.prompt_template or load_prompt("", self.default_prompt)
+        template = self.template(ctx)
         contexts: List[Context] = []
-        memory, message, end = "", "", "turn_limit"
-        tool_calls = 0
+        memory, tool_calls = "", 0
         for turn in range(ctx.limits.max_turns):
             prompt_text = render_prompt(template, question=task.question, memory=memory)
             builder = ContextBuilder(encode(ctx.tokenizer, prompt_text))
-            step = await generate_into(ctx, builder, f"{traj_id}-{turn}-action", traj_id)
-            if step is None:
-                end = "context_limit"
-                break
-            action, text = step
-            message = assistant_prefix(prompt_text) + text
-            calls = find_tool_calls(text)
-            if action.finish_reason != "stop":
-                end = "action_truncated"
-            elif not calls:
-                end = "answered"
-            elif turn == ctx.limits.max_turns - 1:
-                end = "turn_limit"  # a search on the last allowed turn could never be used
-            else:
-                tool_calls += len(calls)
-                results = await execute_calls(calls, ctx.tools, ctx.tool_timeout_s)
-                injected = encode(ctx.tokenizer, tool_turn_text(render_tool_responses(calls, results),
-                                                                 MEMORY_INSTRUCTION))
-                if len(builder) + len(injected) >= ctx.limits.max_context_tokens:
-                    end = "context_limit"
-                else:
-                    builder.add_injected(injected)
-                    step = await generate_into(ctx, builder, f"{traj_id}-{turn}-memory", traj_id)
-                    end = self._memory_end(ctx, step)
-                    if step is not None:
-                        message = step[1]
-                        new_memory = extract_memory(step[1])
-                    if end is None:
-                        contexts.append(builder.build())
-                        memory = new_memory or ""
-                        continue
+            last_turn = turn == ctx.limits.max_turns - 1
+            end, message, memory, calls = await self._turn(ctx, builder, prompt_text, last_turn,
+                                                           f"{traj_id}-{turn}", traj_id)
+            tool_calls += calls
             contexts.append(builder.build())
-            break
+            if end is not None:
+                break
         traj = Trajectory(traj_id=traj_id, contexts=contexts)
-        traj.info.update(num_turns=len(contexts), end_reason=end, tool_calls=tool_calls,
-                         context_tokens=[len(c.input_ids) for c in contexts])
+        traj.info.update(num_turns=len(contexts), end_reason=end, tool_calls=tool_calls)
+        record_turn_lengths(traj, [len(c.input_ids) for c in contexts])
         return score_trajectory(traj, message, task, ctx)
 
-    @staticmethod
-    def _memory_end(ctx: WorkflowContext, step) -> Optional[str]:
-        """Why the memory generation ends the trajectory, or None to go on."""
+    async def _turn(self, ctx: WorkflowContext, builder: ContextBuilder, prompt_text: str,
+                    last_turn: bool, rid: str, traj_id: str) -> Tuple[Optional[str], str, str, int]:
+        """One context: action, then (if it searched) tools and memory.
+
+        Returns (why the trajectory ends or None, the last assistant message, the new memory,
+        the number of tool calls run).
+        """
+        step = await generate_into(ctx, builder, f"{rid}-action", traj_id)
         if step is None:
-            return "context_limit"
-        result, text = step
+            return "context_limit", "", "", 0
+        action, text = step
+        message = assistant_prefix(prompt_text) + text
+        calls = find_tool_calls(text)
+        if action.finish_reason != "stop":
+            return "action_truncated", message, "", 0
+        if not calls:
+            return "answered", message, "", 0
+        if last_turn:
+            return "turn_limit", message, "", 0  # a search now could never be used
+        results = await execute_calls(calls, ctx.tools, ctx.tool_timeout_s)
+        injected = encode(ctx.tokenizer, tool_turn_text(render_tool_responses(calls, results),
+                                                         MEMORY_INSTRUCTION))
+        if len(builder) + len(injected) >= ctx.limits.max_context_tokens:
+            return "context_limit", message, "", len(calls)
+        builder.add_injected(injected)
+        step = await generate_into(ctx, builder, f"{rid}-memory", traj_id)
+        if step is None:
+            return "context_limit", message, "", len(calls)
+        result, message = step
+        memory = extract_memory(message)
         if result.finish_reason != "stop":
-            return "memory_truncated"
-        memory = extract_memory(text)
+            return "memory_truncated", message, "", len(calls)
         if memory is None:
-            return "no_memory"
+            return "no_memory", message, "", len(calls)
         if len(encode(ctx.tokenizer, memory)) > ctx.limits.max_memory_tokens:
-            return "memory_too_long"
-        return None
+            return "memory_too_long", message, "", len(calls)
+        return None, message, memory, len(calls)

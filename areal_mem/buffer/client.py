@@ -1,0 +1,212 @@
+"""The replay buffer client for rollout workers and the learner.
+
+Every call reconnects and retries (bounded, with backoff) when the service is
+unreachable or the connection breaks, so a buffer restart is invisible to
+callers. Retries are safe: a put is idempotent by group id and a batch request
+carries its own id, so a retried `get_batch` receives the same batch.
+
+Rollout worker::
+
+    slot = client.acquire(wait_s=5)      # "" while the staleness bound says wait
+    ...run the group...
+    client.put_group(group, slot=slot)   # accepted + slot released in one call
+    # or, when the group is abandoned: client.release(slot)
+
+Learner::
+
+    batch = client.get_batch(8)          # blocks until 8 admissible groups
+    train(batch.table or batch.groups)
+    client.ack(batch.batch_id)
+    client.set_version(v + 1)            # after each weight push
+
+Calls are blocking and thread-safe; from asyncio use `asyncio.to_thread`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Dict, List, Optional
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from ..trajectory import Group
+from .schema import group_to_table, table_to_groups
+from .service import BATCH_META
+
+log = logging.getLogger(__name__)
+# Errors of the connection, not of the request: reconnect and retry.
+RETRYABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError,
+             flight.FlightCancelledError, flight.FlightInternalError, ConnectionError)
+
+
+class BufferRefusedError(ValueError):
+    """The service refused the request; `code` is invalid|duplicate|unknown_batch|storage."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Batch:
+    """One training batch: whole groups, oldest first.
+
+    `table` has one row per context (schema `CONTEXT_SCHEMA` plus any extra
+    columns); `groups` converts it to `Group` objects on first use.
+    `dropped_stale` counts the groups dropped as too stale while this batch
+    was requested; `version` is the buffer's learner version when it was formed.
+    """
+
+    batch_id: str
+    table: pa.Table
+    group_ids: List[str]
+    dropped_stale: int
+    version: int
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.group_ids)
+
+    @cached_property
+    def groups(self) -> List[Group]:
+        return table_to_groups(self.table)
+
+
+@dataclass
+class BufferClient:
+    url: str  # grpc://host:port
+    token: str = ""
+    max_retries: int = 5  # reconnect attempts per call
+    timeout_s: float = 60.0  # per call, on top of any server-side wait
+    backoff_s: float = 0.2  # doubled after each failed attempt, capped at 5 s
+    _client: Optional[flight.FlightClient] = field(default=None, init=False, repr=False)
+
+    # -- rollout side ---------------------------------------------------------
+    def acquire(self, wait_s: float = 0.0) -> str:
+        """A slot id when a new group may start now (waiting up to `wait_s`), else ""."""
+        return self._action("acquire", {"wait_s": wait_s}, wait_s)["slot"]
+
+    def release(self, slot: str) -> bool:
+        """Give back a slot whose group will not be put; False if unknown or already freed."""
+        return self._action("release", {"slot": slot})["released"]
+
+    def put_group(self, group: Group, slot: str = "") -> bool:
+        """Store one whole group; True if stored by this call, False if it already was."""
+        return self.put_table(group_to_table(group), group.group_id, slot)
+
+    def put_table(self, table: pa.Table, group_id: str, slot: str = "") -> bool:
+        """`put_group` for a table of context rows that is already built."""
+        descriptor = flight.FlightDescriptor.for_command(
+            json.dumps({"group_id": group_id, "slot": slot}).encode())
+
+        def put(client: flight.FlightClient) -> bool:
+            writer, _ = client.do_put(descriptor, table.schema, self._options())
+            writer.write_table(table)
+            writer.close()
+            return True
+
+        try:
+            return self._retry(put)
+        except BufferRefusedError as e:
+            if e.code == "duplicate":
+                return False
+            raise
+
+    # -- learner side ---------------------------------------------------------
+    def get_batch(self, n_groups: int, timeout_s: Optional[float] = None,
+                  poll_s: float = 10.0) -> Batch:
+        """The oldest `n_groups` admissible groups; waits for them (TimeoutError after
+        `timeout_s`, forever when None). Serve it again with the same id on retry."""
+        request_id = uuid.uuid4().hex
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        dropped = 0
+        while True:
+            wait = poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic()))
+            ticket = flight.Ticket(json.dumps(
+                {"n": n_groups, "request_id": request_id, "wait_s": wait}).encode())
+            table = self._retry(lambda c: c.do_get(ticket, self._options(wait)).read_all())
+            meta = json.loads(table.schema.metadata[BATCH_META])
+            dropped += meta["dropped_stale"]
+            if meta["batch_id"]:
+                return Batch(meta["batch_id"], table.replace_schema_metadata(None),
+                             meta["group_ids"], dropped, meta["version"])
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"buffer {self.url}: fewer than {n_groups} admissible groups "
+                                   f"after {timeout_s} s")
+
+    def ack(self, batch_id: str) -> int:
+        """The batch was trained: its groups are never served again. Returns their count
+        (0 when this batch was acked already)."""
+        return self._action("ack", {"batch_id": batch_id})["acked"]
+
+    def requeue(self, batch_id: str = "") -> int:
+        """Put an unacked batch (all of them when no id) back at the head of the queue."""
+        return self._action("requeue", {"batch_id": batch_id})["requeued"]
+
+    def set_version(self, version: int) -> Dict[str, Any]:
+        """The learner's weight version after a push: `{"version", "dropped_stale"}`."""
+        return self._action("set_version", {"version": version})
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters: version, accepted, running, capacity, pending_groups,
+        outstanding_batches/groups, in_memory_groups, groups_put/served/acked,
+        bytes_put/served, dropped_stale, refused_invalid/duplicate, slots_expired."""
+        return self._action("stats", {})
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> "BufferClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- plumbing -------------------------------------------------------------
+    def _action(self, name: str, body: Dict[str, Any], wait_s: float = 0.0) -> Dict[str, Any]:
+        action = flight.Action(name, json.dumps(body).encode())
+
+        def call(client: flight.FlightClient) -> Dict[str, Any]:
+            results = list(client.do_action(action, self._options(wait_s)))
+            return json.loads(results[0].body.to_pybytes())
+
+        return self._retry(call)
+
+    def _options(self, wait_s: float = 0.0) -> flight.FlightCallOptions:
+        headers = [(b"authorization", f"Bearer {self.token}".encode())] if self.token else []
+        return flight.FlightCallOptions(timeout=self.timeout_s + wait_s, headers=headers)
+
+    def _retry(self, fn: Callable[[flight.FlightClient], Any]) -> Any:
+        delay = self.backoff_s
+        for attempt in range(self.max_retries + 1):
+            if self._client is None:
+                self._client = flight.FlightClient(self.url)
+            try:
+                return fn(self._client)
+            except flight.FlightServerError as e:
+                raise _refusal(e) from None
+            except RETRYABLE as e:
+                if attempt == self.max_retries:
+                    raise ConnectionError(f"buffer {self.url}: unreachable after "
+                                          f"{self.max_retries + 1} attempts: {e}") from e
+                log.warning("buffer %s: %s; reconnecting in %.1f s", self.url,
+                            str(e).splitlines()[0], delay)
+                self.close()
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+
+def _refusal(e: flight.FlightServerError) -> Exception:
+    try:
+        code = json.loads(e.extra_info or b"{}").get("code", "")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        code = ""
+    message = str(e).split(". Detail:")[0]
+    return BufferRefusedError(code or "server", message)

@@ -1,0 +1,61 @@
+"""`areal-mem buffer serve`: run the replay buffer service."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+HELP = "the Arrow Flight replay buffer (subcommand: serve)"
+TOKEN_ENV = "AREAL_MEM_BUFFER_TOKEN"
+READY = "areal-mem buffer: serving"  # the line launchers wait for, followed by the URL
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..commands.config_args import add_config_arguments
+
+    sub = parser.add_subparsers(dest="buffer_command", metavar="<subcommand>", required=True)
+    serve = sub.add_parser(
+        "serve", help="serve the buffer until SIGTERM/SIGINT",
+        description="Serve the replay buffer over Arrow Flight. Accepted groups are stored "
+                    "under <run-dir>/buffer and served again after a restart until acked. "
+                    "Config keys: buffer.* (see docs/buffer.md); the token may come from "
+                    f"${TOKEN_ENV} instead of the command line.")
+    serve.add_argument("--run-dir", help="run directory (default: run_dir of the config)")
+    serve.add_argument("--host", help="bind address (default: buffer.host, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default: buffer.port; 0 picks a free one)")
+    add_config_arguments(serve)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import load_config
+    from ..security import InsecureBindError
+    from .service import BufferService
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # The buffer needs no model: fill the run's required model.path so a buffer
+    # starts from buffer-only settings (full recipes work unchanged).
+    cfg = load_config(args.config, ["model.path=unused-by-buffer", *args.overrides])
+    b = cfg.buffer
+    run_dir = args.run_dir or cfg.run_dir
+    max_running = b.max_running_groups or cfg.rollout.num_workers * cfg.rollout.max_concurrent_groups
+    try:
+        service = BufferService(
+            os.path.join(run_dir, "buffer"), host=args.host or b.host,
+            port=b.port if args.port is None else args.port,
+            token=b.token or os.environ.get(TOKEN_ENV, ""), max_staleness=b.max_staleness,
+            batch_groups=b.batch_groups, max_running=max_running,
+            max_memory_groups=b.max_memory_groups, fsync=b.fsync, slot_ttl_s=b.slot_ttl_s)
+    except (InsecureBindError, ValueError) as e:
+        print(f"areal-mem buffer: {e}", file=sys.stderr)
+        return 2
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: threading.Thread(target=service.shutdown).start())
+    stats = service.stats()
+    print(f"{READY} {service.url} (run dir {run_dir}; {stats['pending_groups']} group(s) "
+          f"recovered, version {stats['version']})", flush=True)
+    service.serve()
+    print("areal-mem buffer: stopped", flush=True)
+    return 0

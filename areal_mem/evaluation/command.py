@@ -1,0 +1,37 @@
+"""`areal-mem eval`: run a workflow greedily on a question file and write results + summary.json."""
+from __future__ import annotations
+
+import argparse
+
+from ..commands.config_args import add_config_arguments
+
+HELP = "evaluate a workflow (memsearcher | react | plugin) on a question file: EM, F1, turns, context length"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--data", metavar="FILE",
+                        help="FlashRAG jsonl or Search-R1 parquet (config: eval.data; default: the world's test split)")
+    parser.add_argument("--method", metavar="NAME",
+                        help="workflow: memsearcher | react | registered name | module:attribute (config: eval.method)")
+    parser.add_argument("--limit", type=int, help="first N questions only (config: eval.limit)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from .evaluate import run_eval
+    from ..commands.config_args import config_from_args
+
+    overrides = list(args.overrides)
+    for flag, key in ((args.data, "eval.data"), (args.method, "eval.method"), (args.limit, "eval.limit")):
+        if flag is not None:
+            overrides.append(f"{key}={flag}")
+    args.overrides = overrides
+    cfg = config_from_args(args)
+    summary, out_dir = run_eval(cfg, progress=not args.quiet)
+    print(json.dumps({k: summary[k] for k in ("method", "questions", "em", "f1", "acc", "mean_turns")}))
+    print(f"results in {os.path.join(out_dir, 'results.jsonl')}, summary in {os.path.join(out_dir, 'summary.json')}")
+    return 0

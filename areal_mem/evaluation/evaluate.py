@@ -1,0 +1,56 @@
+"""Evaluate the configured method end to end: load questions, reach or start servers, run, summarise."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any, Dict, List, Tuple
+
+from areal_mem.data import read_tasks
+from areal_mem.data.task import Task
+
+from .runner import evaluate
+from .services import eval_services
+from .summary import summarize
+
+
+def eval_tasks(cfg) -> Tuple[str, List[Task]]:
+    path = cfg.eval.data or os.path.join(cfg.world.dir, "test.jsonl")
+    tasks = read_tasks(path)
+    return path, tasks[: cfg.eval.limit] if cfg.eval.limit else tasks
+
+
+def run_eval(cfg, progress: bool = True) -> Tuple[Dict[str, Any], str]:
+    """Writes `results.jsonl` and `summary.json` into the output folder; returns (summary, folder)."""
+    from transformers import AutoTokenizer
+
+    from rollout.workflows import build_workflow
+
+    data_path, tasks = eval_tasks(cfg)
+    method = cfg.eval.method
+    workflow = build_workflow(method)  # fail on a bad name before starting servers
+    safe = method.replace(":", "_").replace("/", "_")
+    out_dir = cfg.eval.out_dir or os.path.join(cfg.run_dir, "eval", safe)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
+    with eval_services(cfg) as (gen_urls, ret_urls):
+        records = asyncio.run(_run(cfg, workflow, tokenizer, tasks, gen_urls, ret_urls, out_dir, progress))
+    summary = summarize(records, method=method, data=data_path)
+    with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+        f.write("\n")
+    return summary, out_dir
+
+
+async def _run(cfg, workflow, tokenizer, tasks, gen_urls, ret_urls, out_dir, progress):
+    from retriever.client import RetrieverClient
+    from rollout.generator.client import GeneratorClient
+    from rollout.workflows import build_context
+
+    g = cfg.generator
+    async with GeneratorClient(gen_urls, token=g.token, timeout_s=g.request_timeout_s,
+                               max_retries=g.max_retries, cooldown_s=g.server_cooldown_s) as generator, \
+            RetrieverClient.from_config(cfg.retriever, urls=ret_urls) as retriever:
+        ctx = build_context(cfg.rollout, workflow, generator, tokenizer, retriever,
+                            max_turns=cfg.eval.max_turns, temperature=cfg.eval.temperature)
+        return await evaluate(tasks, workflow, ctx, cfg.eval.concurrency,
+                              os.path.join(out_dir, "results.jsonl"), progress)

@@ -1,0 +1,51 @@
+"""Run one workflow over a question list with bounded concurrency and write per-question results."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any, Dict, List
+
+from tqdm import tqdm
+
+from areal_mem.data.task import Task
+from rollout.workflows.base import Workflow, WorkflowContext, turn_lengths
+
+RECORD_KEYS = ("answer", "em", "f1", "acc", "num_turns", "tool_calls", "end_reason", "format_error")
+
+
+async def evaluate(tasks: List[Task], workflow: Workflow, ctx: WorkflowContext, concurrency: int,
+                   out_path: str, progress: bool = True) -> List[Dict[str, Any]]:
+    """One greedy episode per task; results are written to `out_path` (jsonl) in task order."""
+    if concurrency < 1:
+        raise ValueError(f"eval.concurrency must be at least 1, got {concurrency}")
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int, task: Task) -> Dict[str, Any]:
+        async with gate:
+            traj = await workflow.run(task, ctx, f"eval-{i}-{task.id}")
+        final = traj.contexts[-1] if traj.contexts else None
+        response = ctx.tokenizer.decode(final.input_ids[final.prompt_len:], skip_special_tokens=False) \
+            if final else ""
+        return {"id": task.id, "question": task.question, "golden_answers": task.golden_answers,
+                "reward": traj.reward, **{k: traj.info[k] for k in RECORD_KEYS},
+                "context_tokens": turn_lengths(traj.info),
+                "final_response": response}
+
+    jobs = [asyncio.ensure_future(one(i, t)) for i, t in enumerate(tasks)]
+    try:
+        with tqdm(total=len(jobs), desc=f"eval {workflow.name}", unit="question",
+                  disable=not progress) as bar:
+            for done in asyncio.as_completed(jobs):
+                await done
+                bar.update(1)
+    except BaseException:
+        for j in jobs:
+            j.cancel()
+        raise
+    records = [j.result() for j in jobs]
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    with open(out_path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return records

@@ -1,0 +1,68 @@
+"""The servers an evaluation talks to: the configured ones, or embedded ones it starts and stops.
+
+With no `generator.urls`, the generator of `generator.backend` is started from
+`model.path`; with no `retriever.urls`, an index over the world's corpus is
+built in `retriever.index_dir` (unless one is there) and served.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Iterator, List, Tuple
+
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def eval_services(cfg) -> Iterator[Tuple[List[str], List[str]]]:
+    """Yield (generator urls, retriever urls); servers started here are stopped on exit."""
+    with contextlib.ExitStack() as stack:
+        gen_urls = list(cfg.generator.urls) or _start_generators(cfg, stack)
+        ret_urls = list(cfg.retriever.urls) or _start_retriever(cfg, stack)
+        yield gen_urls, ret_urls
+
+
+@contextlib.contextmanager
+def retriever_service(cfg) -> Iterator[List[str]]:
+    """Yield the retriever urls, starting one over the world's corpus when none is configured."""
+    with contextlib.ExitStack() as stack:
+        yield list(cfg.retriever.urls) or _start_retriever(cfg, stack)
+
+
+def _start_generators(cfg, stack: contextlib.ExitStack) -> List[str]:
+    from rollout.generator.launch import start_embedded_generator, start_sglang_servers
+
+    g = cfg.generator
+    if getattr(g.backend, "value", g.backend) == "sglang":
+        handles = start_sglang_servers(cfg.model.path, num_servers=g.num_servers, host=g.host, port=g.port,
+                                       token=g.token, extra_args=list(g.sglang_args),
+                                       startup_timeout_s=g.startup_timeout_s)
+    else:
+        handles = [start_embedded_generator(cfg.model.path, host=g.host, port=g.port, token=g.token,
+                                            max_batch_size=g.max_batch_size, device=g.device,
+                                            dtype=g.dtype, max_context_len=g.max_context_len,
+                                            startup_timeout_s=g.startup_timeout_s)]
+    for h in handles:
+        stack.callback(h.stop)
+    log.info("started generator(s) %s", [h.url for h in handles])
+    return [h.url for h in handles]
+
+
+def _start_retriever(cfg, stack: contextlib.ExitStack) -> List[str]:
+    from retriever.build import build_index
+    from retriever.launch import start_retriever
+    from retriever.manifest import MANIFEST
+
+    r = cfg.retriever
+    if not os.path.exists(os.path.join(r.index_dir, MANIFEST)):
+        corpus = os.path.join(cfg.world.dir, "corpus.jsonl")
+        if not os.path.exists(corpus):
+            raise FileNotFoundError(f"no retriever.urls, no index in {r.index_dir} and no corpus at {corpus}: "
+                                    f"build the world (areal-mem world) or an index (areal-mem retriever build)")
+        build_index(corpus, r.index_dir, kind=r.kind, cfg=OmegaConf.to_object(r))
+    handle = start_retriever(r.index_dir, host=r.host, port=r.port, token=r.token)
+    stack.callback(handle.stop)
+    return [handle.url]

@@ -1,0 +1,159 @@
+"""Replay buffer throughput against raw Arrow IPC files on local disk, side by side.
+
+Groups of 5 trajectories x 4 contexts x 2,000 tokens (half prompt) go through
+the real service (a subprocess on 127.0.0.1, durable puts) with 1 and 8
+concurrent writers, and are read back in batches of 8 groups; the same tables
+are written to and read from local IPC files with plain pyarrow in the same run.
+Raw writes use the same number of threads as the service's writers; raw reads
+are timed twice, from the page cache and after evicting the files from it
+(posix_fadvise DONTNEED, the files only). The last column is service time /
+raw time for the same bytes (target: <= 2).
+
+    .venv/bin/python benchmarks/bench_buffer.py [--groups 256] [--no-fsync]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from typing import Callable, List, Tuple
+
+import numpy as np
+import pyarrow as pa
+from tqdm import tqdm
+
+from areal_mem.buffer import group_to_table
+from areal_mem.buffer.launch import BufferProcess
+from areal_mem.trajectory import Context, Group, Trajectory
+
+
+def make_group(gid: str, rng: np.random.Generator, trajs: int = 5, contexts: int = 4,
+               tokens: int = 2000) -> Group:
+    prompt = tokens // 2
+    resp = tokens - prompt
+    return Group(gid, [Trajectory(f"{gid}/{t}", [Context(
+        input_ids=rng.integers(0, 150_000, tokens).tolist(), prompt_len=prompt,
+        loss_mask=[1] * resp, behav_logp=(-rng.random(resp, dtype=np.float32)).tolist(),
+        versions=[0] * resp) for _ in range(contexts)], reward=0.5) for t in range(trajs)])
+
+
+def timed(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def in_threads(items: list, workers: int, fn: Callable[[list], None]) -> None:
+    """Split `items` over `workers` threads running `fn(part)`; re-raise the first failure."""
+    errors: List[BaseException] = []
+
+    def work(part):
+        try:
+            fn(part)
+        except BaseException as e:  # reported below, the run is void
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(items[w::workers],)) for w in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} worker(s) failed") from errors[0]
+
+
+def raw_write(part: List[Tuple[str, pa.Table]], folder: str, fsync: bool) -> None:
+    for gid, table in part:
+        path = os.path.join(folder, f"{gid}.arrow")
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        if fsync:
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+
+
+def evict(gids: List[str], folder: str) -> None:
+    """Drop these (fsynced, clean) files from the page cache so the next read hits the disk."""
+    for gid in gids:
+        fd = os.open(os.path.join(folder, f"{gid}.arrow"), os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def raw_read(gids: List[str], folder: str, batch: int) -> None:
+    for start in range(0, len(gids), batch):
+        tables = []
+        for gid in gids[start:start + batch]:
+            with pa.OSFile(os.path.join(folder, f"{gid}.arrow")) as source:
+                tables.append(pa.ipc.open_file(source).read_all())
+        pa.concat_tables(tables)
+
+
+def service_put(buf: BufferProcess, part: List[Tuple[str, pa.Table]]) -> None:
+    with buf.client() as client:
+        for gid, table in part:
+            client.put_table(table, gid)
+
+
+def service_get(buf: BufferProcess, n: int, batch: int) -> Tuple[float, float]:
+    """Seconds spent in get_batch and in ack (a durable ledger record) for `n` groups."""
+    get = ack = 0.0
+    with buf.client() as client:
+        for _ in range(n // batch):
+            start = time.perf_counter()
+            batch_id = client.get_batch(batch, timeout_s=60).batch_id
+            mid = time.perf_counter()
+            client.ack(batch_id)
+            get, ack = get + mid - start, ack + time.perf_counter() - mid
+    return get, ack
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=256, help="groups per measurement")
+    parser.add_argument("--batch", type=int, default=8, help="groups per get")
+    parser.add_argument("--no-fsync", action="store_true",
+                        help="buffer.fsync=false and raw writes without fsync")
+    args = parser.parse_args()
+    fsync = not args.no_fsync
+    rng = np.random.default_rng(0)
+    named = [(f"g{i}", group_to_table(make_group(f"g{i}", rng)))
+             for i in tqdm(range(args.groups), desc="building groups")]
+    gids = [gid for gid, _ in named]
+    mb = sum(t.nbytes for _, t in named) / 1e6
+    rows = []  # (operation, threads, service seconds, raw seconds)
+    with tempfile.TemporaryDirectory() as tmp:
+        for writers in tqdm((1, 8), desc="measuring"):
+            raw_dir = os.path.join(tmp, f"raw{writers}")
+            os.makedirs(raw_dir)
+            raw_w = timed(lambda: in_threads(named, writers,
+                                             lambda part: raw_write(part, raw_dir, fsync)))
+            raw_r = timed(lambda: raw_read(gids, raw_dir, args.batch))  # from the page cache
+            evict(gids, raw_dir)
+            raw_cold = timed(lambda: raw_read(gids, raw_dir, args.batch))
+            overrides = [f"buffer.fsync={str(fsync).lower()}", "buffer.max_staleness=1000000",
+                         f"buffer.max_memory_groups={args.groups}"]
+            with BufferProcess(os.path.join(tmp, f"svc{writers}"), overrides=overrides) as buf:
+                put = timed(lambda: in_threads(named, writers, lambda part: service_put(buf, part)))
+                get, ack = service_get(buf, args.groups, args.batch)
+            rows.append((f"put ({writers} writer{'s' if writers > 1 else ''})", put, raw_w))
+            if writers == 1:
+                rows.append(("get (1 reader) vs raw read from page cache", get, raw_r))
+                rows.append(("get (1 reader) vs raw read from disk", get, raw_cold))
+                rows.append(("get + ack vs raw read from page cache", get + ack, raw_r))
+    print(f"\n{args.groups} groups of 5 x 4 x 2000 tokens, {mb / args.groups:.2f} MB each, "
+          f"get batches of {args.batch}, fsync={fsync}, {os.cpu_count()} CPUs")
+    print("| operation | service MB/s | service groups/s | raw IPC MB/s | raw IPC groups/s "
+          "| service time / raw time |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for op, sec, raw in rows:
+        print(f"| {op} | {mb / sec:.0f} | {args.groups / sec:.0f} | {mb / raw:.0f} | "
+              f"{args.groups / raw:.0f} | {sec / raw:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""`areal-mem learner`: the RL learner on 1..N ranks (run it under `deepspeed` or `torchrun`)."""
+from __future__ import annotations
+
+import argparse
+
+from areal_mem.commands.config_args import add_config_arguments, config_from_args
+
+HELP = "train the policy with multi-context GRPO / decoupled PPO from the replay buffer (DeepSpeed)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--steps", type=int, default=None, help="override learner.steps")
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None,
+                        help=argparse.SUPPRESS)  # passed by the deepspeed launcher; LOCAL_RANK wins
+
+
+def run(args: argparse.Namespace) -> int:
+    from areal_mem.config import ConfigError, save_resolved
+    from areal_mem.config.learner import PublisherKind
+
+    cfg = config_from_args(args)
+    if not cfg.buffer.url:
+        raise ConfigError("buffer.url is empty: the learner needs a running buffer "
+                          "(start one with `areal-mem buffer serve` or the launcher)")
+    if cfg.learner.publisher != PublisherKind.none and not cfg.generator.urls:
+        raise ConfigError("generator.urls is empty: set the generators to push weights to, "
+                          "or learner.publisher=none")
+
+    from areal_mem.buffer.client import BufferClient
+    from rollout.generator.client import GeneratorClient
+
+    from .engine import LearnerEngine
+    from .publishers import make_publisher
+    from .trainer import Trainer
+
+    engine = LearnerEngine(cfg.model.path, cfg.learner, seed=cfg.seed)
+    leader = engine.rank == 0
+    if leader:
+        save_resolved(cfg)
+    buffer = BufferClient(cfg.buffer.url, token=cfg.buffer.token) if leader else None
+    client = None
+    if leader and cfg.learner.publisher != PublisherKind.none:
+        client = GeneratorClient(list(cfg.generator.urls), token=cfg.generator.token,
+                                 timeout_s=cfg.generator.request_timeout_s,
+                                 max_retries=cfg.generator.max_retries)
+    publisher = make_publisher(cfg.learner, engine, client, cfg.run_dir)
+    trainer = Trainer(cfg, engine, publisher, buffer, cfg.buffer.batch_groups)
+    try:
+        state = trainer.run(args.steps)
+    finally:
+        if publisher is not None:
+            publisher.close()
+        if buffer is not None:
+            buffer.close()
+    if leader:
+        print(f"[learner] done: step {state.step}, version {state.version}", flush=True)
+    return 0

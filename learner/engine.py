@@ -1,0 +1,236 @@
+"""A Hugging Face causal LM under DeepSpeed, and one optimiser step over a batch of rows.
+
+The step is written for any number of ranks: the rows of a mini-batch are spread
+over the ranks by token count, each rank packs its share into micro-batches by
+the token budget, all ranks agree on the micro-batch count (ZeRO reduces inside
+backward), and every micro-batch loss is divided by the token count of the whole
+mini-batch on all ranks. DeepSpeed averages gradients over ranks, so the loss is
+multiplied back by the world size: the result is the token-mean over every
+context of the mini-batch, whatever the ranks or the packing.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from collections import defaultdict
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from areal_mem.config.learner import Dtype, LearnerConfig, ProxMode
+
+from . import distributed as D
+from .batch import TrainRow, collate
+from .loss import PPOLossConfig, loglinear_prox_logp, ppo_token_loss, token_logp_entropy
+from .packing import pack_by_tokens, split_balanced, split_contiguous
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.json", "merges.txt", "chat_template.jinja", "generation_config.json")
+
+
+def deepspeed_config(cfg: LearnerConfig) -> dict:
+    """DeepSpeed's JSON config; torch's AdamW (`torch_adam`) so no CPU Adam op has to compile."""
+    return {
+        "train_micro_batch_size_per_gpu": 1,  # rows per micro-batch vary; only the boundary matters
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "AdamW", "params": {
+            "lr": cfg.lr, "weight_decay": cfg.weight_decay, "betas": [cfg.adam_beta1, cfg.adam_beta2],
+            "torch_adam": True}},
+        "gradient_clipping": cfg.grad_clip,
+        "zero_optimization": {"stage": cfg.zero_stage},
+        "bf16": {"enabled": cfg.dtype == Dtype.bfloat16},
+        "steps_per_print": 10 ** 9,
+        "wall_clock_breakdown": False,
+    }
+
+
+MicroLoss = Callable[[Dict[str, torch.Tensor], torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]],
+                     Tuple[torch.Tensor, Dict[str, torch.Tensor]]]
+
+
+class LearnerEngine:
+    """The policy model on every rank; rank 0 also talks to the generators and the buffer."""
+
+    def __init__(self, model_path: str, cfg: LearnerConfig, seed: int = 0):
+        import deepspeed
+        from transformers import AutoModelForCausalLM
+
+        D.init_distributed()
+        self.cfg, self.model_path = cfg, model_path
+        self.rank, self.world = D.rank(), D.world_size()
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        model.config.use_cache = False
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.ref = None
+        if cfg.kl_coef > 0:
+            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(D.device())
+            self.ref.eval().requires_grad_(False)
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+            config=deepspeed_config(cfg))
+        self.loss_cfg = PPOLossConfig.from_learner(cfg)
+        self.global_step = 0
+
+    # ---- forward passes ----
+    def _forward(self, batch: Dict[str, torch.Tensor], module=None) -> Tuple[torch.Tensor, torch.Tensor]:
+        dev = D.device()
+        out = (module or self.engine)(input_ids=batch["input_ids"].to(dev),
+                                      attention_mask=batch["attention_mask"].to(dev))
+        return token_logp_entropy(out.logits[:, :-1], batch["labels"].to(dev), self.cfg.temperature)
+
+    @torch.no_grad()
+    def logprobs(self, rows: Sequence[TrainRow]) -> List[List[float]]:
+        """Per row: the log-prob of each response token under the current weights (local rows)."""
+        out = []
+        for idx in pack_by_tokens([len(r) for r in rows], self.cfg.micro_batch_tokens):
+            b = collate([rows[i] for i in idx])
+            logp, _ = self._forward(b)
+            for j, i in enumerate(idx):
+                s = rows[i].prompt_len - 1
+                out.append((i, logp[j, s:s + len(rows[i].loss_mask)].cpu().tolist()))
+        return [lp for _, lp in sorted(out)]
+
+    # ---- one optimiser step ----
+    def _plan(self, rows: Sequence[TrainRow], mini_batches: int) -> List[List[List[TrainRow]]]:
+        """mini-batch -> this rank's micro-batches (same count on every rank) -> rows."""
+        plan = []
+        for mb in split_contiguous(len(rows), max(1, mini_batches)):
+            mb_rows = [rows[i] for i in mb]
+            mine = [mb_rows[i] for i in split_balanced([len(r) for r in mb_rows], self.world)[self.rank]]
+            micro = [[mine[i] for i in b] for b in pack_by_tokens([len(r) for r in mine],
+                                                                   self.cfg.micro_batch_tokens)]
+            n = D.all_reduce_max(len(micro))
+            plan.append(micro + [[] for _ in range(n - len(micro))])
+        return plan
+
+    def _optimizer_step(self, micro: List[List[TrainRow]], loss_fn: MicroLoss,
+                        extra: List[Dict[str, torch.Tensor]]) -> Dict[str, float]:
+        """Forward/backward every micro-batch, then one DeepSpeed step; metrics summed over ranks."""
+        n_local = sum(r.num_loss_tokens for mb in micro for r in mb)
+        n_global = D.all_reduce_sums({"n": n_local})["n"]
+        scale = self.world / max(n_global, 1.0)
+        sums: Dict[str, float] = defaultdict(float)
+        for k, (rows, ext) in enumerate(zip(micro, extra)):
+            b = collate(rows)
+            logp, ent = self._forward(b)
+            per_tok, stats = loss_fn(b, logp, ent, ext)
+            loss = per_tok.sum() * scale
+            self.engine.set_gradient_accumulation_boundary(k == len(micro) - 1)
+            self.engine.backward(loss)
+            sums["loss"] += float(per_tok.detach().sum())
+            for name, v in stats.items():
+                sums[name] += float(v.sum())
+        self.engine.step()
+        self.global_step += 1
+        sums["n_tokens"] = float(n_local)
+        tot = D.all_reduce_sums(dict(sums))
+        n = max(tot.pop("n_tokens"), 1.0)
+        metrics = {k: v / n for k, v in tot.items()}
+        metrics["n_tokens"] = n
+        gn = self.engine.get_global_grad_norm()
+        metrics["grad_norm"] = float(gn) if gn is not None else 0.0
+        return metrics
+
+    @torch.no_grad()
+    def _pre_pass(self, micro: List[List[TrainRow]], want_prox: bool) -> List[Dict[str, torch.Tensor]]:
+        """Proximal (weights before the update) and reference log-probs, before any update."""
+        out = []
+        for rows in micro:
+            b = collate(rows)
+            ext = {}
+            if want_prox:
+                ext["prox_logp"] = self._forward(b)[0]
+            if self.ref is not None:
+                ext["ref_logp"] = self._forward(b, self.ref)[0]
+            out.append(ext)
+        return out
+
+    def train_step(self, rows: Sequence[TrainRow], version: int) -> Dict[str, float]:
+        """The decoupled PPO update on one batch (the same `rows` on every rank)."""
+        cfg = self.cfg
+        plan = self._plan(rows, cfg.mini_batches)
+        recompute = cfg.decoupled and cfg.prox_logp == ProxMode.recompute
+        extras = [self._pre_pass(micro, recompute) for micro in plan]
+        totals: Dict[str, float] = defaultdict(float)
+        for k, (micro, ext) in enumerate(zip(plan, extras)):
+            now = version + k / len(plan)
+
+            def loss_fn(b, logp, ent, e):
+                mask = b["loss_mask"].to(logp.device)
+                behav = b["behav_logp"].to(logp.device)
+                if not cfg.decoupled:
+                    prox = behav
+                elif recompute:
+                    prox = e["prox_logp"]
+                else:
+                    prox = loglinear_prox_logp(behav, logp, b["versions"].to(logp.device), version, now)
+                return ppo_token_loss(logp, prox, behav, b["advantages"].to(logp.device), mask,
+                                      self.loss_cfg, entropy=ent, ref_logp=e.get("ref_logp"))
+
+            m = self._optimizer_step(micro, loss_fn, ext)
+            for key, v in m.items():
+                totals[key] += v / len(plan)
+        return dict(totals)
+
+    def sft_step(self, rows: Sequence[TrainRow]) -> Dict[str, float]:
+        """Cross-entropy on the masked-in response tokens, token-mean over the batch on all ranks."""
+        micro = self._plan(rows, 1)[0]
+
+        def loss_fn(b, logp, ent, e):
+            mask = b["loss_mask"].to(logp.device)
+            return -logp * mask, {"nll": -logp.detach() * mask, "entropy": ent.detach() * mask}
+
+        return self._optimizer_step(micro, loss_fn, [{}] * len(micro))
+
+    # ---- weights out ----
+    def named_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
+        """HF-named full tensors in the model's order (ZeRO-3 parameters gathered one by one).
+
+        Every rank must iterate (gathering is collective); only rank 0's values are meant to be used.
+        """
+        import deepspeed
+
+        for name, p in self.engine.module.named_parameters():
+            if hasattr(p, "ds_id"):
+                with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
+                    yield name, p.detach().clone()
+            else:
+                yield name, p.detach()
+
+    def export_hf(self, out_dir: str) -> Optional[str]:
+        """Save the model in Hugging Face format (safetensors + config + tokenizer files)."""
+        state = {n: t.cpu().contiguous() for n, t in self.named_weights()}
+        if self.rank != 0:
+            return None
+        os.makedirs(out_dir, exist_ok=True)
+        self.engine.module.save_pretrained(out_dir, state_dict=state, safe_serialization=True)
+        for name in TOKENIZER_FILES:
+            src = os.path.join(self.model_path, name)
+            if os.path.isfile(src) and not os.path.exists(os.path.join(out_dir, name)):
+                shutil.copy(src, out_dir)
+        return out_dir
+
+    # ---- checkpoints ----
+    def save_checkpoint(self, ckpt_dir: str, client_state: dict) -> str:
+        tag = f"step{self.global_step}"
+        self.engine.save_checkpoint(ckpt_dir, tag=tag, client_state=dict(client_state,
+                                                                       global_step=self.global_step))
+        return tag
+
+    def load_checkpoint(self, ckpt_dir: str) -> Optional[dict]:
+        """Load the latest checkpoint in `ckpt_dir`; None when there is none."""
+        if not os.path.isfile(os.path.join(ckpt_dir, "latest")):
+            return None
+        path, client = self.engine.load_checkpoint(ckpt_dir)
+        if path is None:
+            return None
+        self.global_step = int(client.get("global_step", 0))
+        return client
+
+
+def list_checkpoint_tags(ckpt_dir: str) -> List[str]:
+    return sorted((os.path.basename(p) for p in glob.glob(os.path.join(ckpt_dir, "step*"))),
+                  key=lambda t: int(t[4:]))

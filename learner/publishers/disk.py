@@ -1,0 +1,33 @@
+"""Push weights through the file system: an HF safetensors checkpoint per version in the run
+dir, loaded by every generator with `/update_weights_from_disk`; old versions removed."""
+from __future__ import annotations
+
+import os
+import shutil
+
+from .base import PushResult, WeightPublisher
+
+
+class DiskPublisher(WeightPublisher):
+    def __init__(self, engine, client, weights_dir: str, keep: int = 2, **kwargs):
+        super().__init__(engine, client, **kwargs)
+        self.weights_dir, self.keep = weights_dir, max(1, keep)
+
+    def path(self, version: int) -> str:
+        return os.path.join(self.weights_dir, f"v{version:06d}")
+
+    def _push(self, version: int, result: PushResult) -> None:
+        path = self.path(version)
+        self.engine.export_hf(path)  # every rank: ZeRO-3 gathers; rank 0 writes
+        if not self.leader:
+            return
+        result.bytes = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)
+                           if f.endswith(".safetensors"))
+        if self.client is not None:
+            self.io.run(self.client.update_weights_from_disk(os.path.abspath(path), version))
+        self._clean()
+
+    def _clean(self) -> None:
+        versions = sorted(d for d in os.listdir(self.weights_dir) if d.startswith("v"))
+        for old in versions[:-self.keep]:
+            shutil.rmtree(os.path.join(self.weights_dir, old), ignore_errors=True)

@@ -1,0 +1,110 @@
+"""The RL training loop: batches from the buffer, one decoupled-PPO step, push, checkpoint.
+
+Rank 0 pulls a batch of whole groups from the replay buffer and hands the rows
+to every rank; all ranks train; then the weights go to the generators (pause ->
+push -> continue) and the buffer learns the new version, which lets rollouts
+that the staleness bound held back start again. `resume: auto` restarts from
+the newest checkpoint and pushes its weights before any rollout resumes.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Dict, Optional
+
+from areal_mem.config.learner import ResumeMode
+
+from . import distributed as D
+from .batch import broadcast_rows, rows_from_groups
+from .checkpoint import CheckpointManager, TrainState
+from .metrics import MetricsLogger, batch_stats, staleness
+
+
+class Trainer:
+    def __init__(self, cfg, engine, publisher=None, buffer=None, batch_groups: int = 8):
+        """`cfg` is the run config (DictConfig or RunConfig); `buffer` a BufferClient on rank 0."""
+        self.cfg, self.lcfg = cfg, cfg.learner
+        self.engine, self.publisher, self.buffer = engine, publisher, buffer
+        self.batch_groups = batch_groups
+        self.leader = engine.rank == 0
+        self.ckpt = CheckpointManager(cfg.run_dir, self.lcfg.keep_checkpoints)
+        self.log = MetricsLogger(cfg.run_dir, enabled=self.leader)
+        self.state = TrainState()
+        self.stop_requested = False
+
+    def request_stop(self, *_) -> None:
+        """SIGTERM: finish the current step, checkpoint, exit."""
+        self.stop_requested = True
+
+    def start(self) -> TrainState:
+        """Resume if asked and possible; put the weights the loop starts from into the generators."""
+        resumed = None
+        if self.lcfg.resume == ResumeMode.auto:
+            resumed = self.ckpt.load(self.engine)
+        if resumed is not None:
+            self.state = resumed
+            if self.leader:
+                print(f"[learner] resumed from step {resumed.step}, version {resumed.version}", flush=True)
+        if self.publisher is not None:
+            self.publisher.setup()
+            if resumed is not None:  # the generators may hold newer or older weights
+                self.publisher.publish(self.state.version)
+        if self.leader and self.buffer is not None:
+            self.buffer.set_version(self.state.version)
+        return self.state
+
+    def _next_batch(self):
+        """Rank 0: (groups, batch_id, dropped_stale, wait seconds); other ranks: Nones."""
+        if not self.leader:
+            return None, None, 0, 0.0
+        t0 = time.monotonic()
+        batch = self.buffer.get_batch(self.batch_groups, timeout_s=self.lcfg.batch_timeout_s)
+        return batch.groups, batch.batch_id, batch.dropped_stale, time.monotonic() - t0
+
+    def step(self) -> Dict[str, float]:
+        t0 = time.monotonic()
+        groups, batch_id, dropped, wait_s = self._next_batch()
+        rows = broadcast_rows(rows_from_groups(groups, self.lcfg.adv_norm_std) if self.leader else None)
+        hist = {"token_staleness": staleness(groups, self.state.version)} if self.leader else {}
+        m = self.engine.train_step(rows, self.state.version)
+        if self.leader:
+            m.update(batch_stats(groups, self.state.version, self.lcfg.adv_norm_std))
+            m["dropped_stale"], m["wait_s"] = float(dropped), wait_s
+            self.buffer.ack(batch_id)
+            self.state.groups_consumed += len(groups)
+        self.state.step += 1
+        if self.publisher is not None and self.state.step % self.lcfg.publish_interval == 0:
+            push = self.publisher.publish(self.state.version + 1)
+            self.state.version += 1
+            m["push_s"], m["push_pause_s"], m["push_bytes"] = push.seconds, push.pause_s, float(push.bytes)
+            if push.probe_max_diff is not None:
+                m["probe_max_diff"] = push.probe_max_diff
+            if self.leader and self.buffer is not None:
+                self.buffer.set_version(self.state.version)
+        m["version"], m["step_s"] = float(self.state.version), time.monotonic() - t0
+        if self.leader and self.state.step % self.lcfg.log_interval == 0:
+            self.log.log(self.state.step, m, hist)
+        if self.state.step % self.lcfg.checkpoint_interval == 0:
+            self.ckpt.save(self.engine, self.state)
+        return m
+
+    def _stop_agreed(self) -> bool:
+        """Stop when any rank was asked to (all ranks must leave the loop together)."""
+        return D.all_reduce_max(int(self.stop_requested)) > 0
+
+    def run(self, steps: Optional[int] = None) -> TrainState:
+        self.start()
+        end = steps if steps is not None else self.lcfg.steps
+        previous = signal.signal(signal.SIGTERM, self.request_stop)
+        try:
+            while self.state.step < end and not self._stop_agreed():
+                self.step()
+            if self.state.step % self.lcfg.checkpoint_interval:
+                self.ckpt.save(self.engine, self.state)  # at shutdown too
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            self.log.close()
+        if self.lcfg.export_hf and not self.stop_requested:
+            self.engine.export_hf(os.path.join(self.cfg.run_dir, "final"))
+        return self.state

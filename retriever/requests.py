@@ -1,0 +1,103 @@
+"""Request bodies of the two API families, validated into typed messages.
+
+MemSearcher: `/search {"query", "top_n"=10, "return_score"=false}`, `/batch_search` with a list
+in `"query"`. Search-R1 / ASearcher: `/retrieve {"queries", "topk"=3, "return_scores"=false}`.
+The defaults are those of the released servers. Every rejection names the field at fault.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List
+
+MEMSEARCHER_DEFAULT_TOP_N = 10
+SEARCH_R1_DEFAULT_TOPK = 3
+
+
+class RequestError(ValueError):
+    def __init__(self, field: str, message: str, status: int = 400):
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field, self.message, self.status = field, message, status
+
+    def body(self) -> dict:
+        return {"error": str(self), "field": self.field}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_top_n: int = 100
+    max_queries: int = 1024
+
+
+@dataclass(frozen=True)
+class Query:
+    queries: List[str]
+    top_n: int
+    with_scores: bool
+
+
+def _object(body: Any, allowed: tuple) -> dict:
+    if not isinstance(body, dict):
+        raise RequestError("", f"the body must be a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise RequestError(unknown[0], f"unknown field; allowed: {', '.join(allowed)}")
+    return body
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise RequestError(field, f"must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise RequestError(field, "must not be empty")
+    return value
+
+
+def _texts(value: Any, field: str, limits: Limits) -> List[str]:
+    if not isinstance(value, list):
+        raise RequestError(field, f"must be a list of strings, got {type(value).__name__}")
+    if not value:
+        raise RequestError(field, "must hold at least one query")
+    if len(value) > limits.max_queries:
+        raise RequestError(field, f"holds {len(value)} queries, at most {limits.max_queries} are allowed")
+    return [_text(v, f"{field}[{i}]") for i, v in enumerate(value)]
+
+
+def _count(value: Any, field: str, limits: Limits) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(field, f"must be an integer, got {type(value).__name__}")
+    if not 1 <= value <= limits.max_top_n:
+        raise RequestError(field, f"must be in 1..{limits.max_top_n}, got {value}")
+    return value
+
+
+def _flag(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise RequestError(field, f"must be true or false, got {type(value).__name__}")
+    return value
+
+
+def parse_search(body: Any, limits: Limits) -> Query:
+    b = _object(body, ("query", "top_n", "return_score"))
+    if "query" not in b:
+        raise RequestError("query", "is required")
+    return Query([_text(b["query"], "query")], _count(b.get("top_n", MEMSEARCHER_DEFAULT_TOP_N), "top_n", limits),
+                 _flag(b.get("return_score", False), "return_score"))
+
+
+def parse_batch_search(body: Any, limits: Limits) -> Query:
+    b = _object(body, ("query", "top_n", "return_score"))
+    if "query" not in b:
+        raise RequestError("query", "is required")
+    return Query(_texts(b["query"], "query", limits),
+                 _count(b.get("top_n", MEMSEARCHER_DEFAULT_TOP_N), "top_n", limits),
+                 _flag(b.get("return_score", False), "return_score"))
+
+
+def parse_retrieve(body: Any, limits: Limits) -> Query:
+    b = _object(body, ("queries", "topk", "return_scores"))
+    if "queries" not in b:
+        raise RequestError("queries", "is required")
+    topk = b.get("topk")
+    return Query(_texts(b["queries"], "queries", limits),
+                 _count(SEARCH_R1_DEFAULT_TOPK if topk is None else topk, "topk", limits),
+                 _flag(b.get("return_scores", False), "return_scores"))

@@ -1,0 +1,302 @@
+"""Continuous batching over a Hugging Face causal LM with a KV cache, in one thread.
+
+Every step the engine admits waiting requests (one batched, left-padded prefill) into the
+running batch and decodes one token for every running request. The batch's KV cache is
+left-padded per layer ([B, kv_heads, L, head_dim]) with a 2-D attention mask and explicit
+positions, so rows of different lengths share one forward pass; rows leave as soon as they
+finish and the common left padding is trimmed. Weights change only between steps, and every
+token records the weight version that sampled it.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import torch
+from transformers import DynamicCache
+
+from .sampling import SamplingSpec, sample
+
+log = logging.getLogger(__name__)
+
+
+class WeightLoadError(ValueError):
+    pass
+
+
+@dataclass
+class Request:
+    rid: str
+    prompt_ids: List[int]
+    spec: SamplingSpec
+    on_done: Callable[["Request"], None]  # called once, from the engine thread
+    generator: torch.Generator = field(default_factory=torch.Generator)
+    output_ids: List[int] = field(default_factory=list)
+    logprobs: List[float] = field(default_factory=list)
+    spans: List[List] = field(default_factory=list)  # [version, start, end) over output tokens
+    finish: Optional[dict] = None
+    created: float = field(default_factory=time.monotonic)
+    finished_at: float = 0.0
+
+    def complete(self, finish: Optional[dict] = None) -> None:
+        if finish is not None:
+            self.finish = finish
+        self.finished_at = time.monotonic()
+        self.on_done(self)
+
+
+def _pad_left(t: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+    if n == 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = n
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+class Engine:
+    def __init__(self, model, eos_ids: Iterable[int], max_batch_size: int, max_context_len: int,
+                 decode: Optional[Callable[[List[int]], str]] = None, version: str = "0"):
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.eos_ids: Set[int] = set(eos_ids)
+        self.max_batch_size, self.max_context_len = max_batch_size, max_context_len
+        self.decode = decode  # token ids -> text, for stop strings
+        self.version = version
+        self.steps = 0
+        self._step_lock = threading.RLock()  # held for a step and for every change of state
+        self._cv = threading.Condition()  # guards the waiting queue, paused, stopping
+        self._waiting: Deque[Request] = collections.deque()
+        self._paused = False
+        self._stopping = False
+        self._rows: List[Request] = []
+        self._keys: List[torch.Tensor] = []
+        self._values: List[torch.Tensor] = []
+        self._mask = self._pos = self._last = None  # [B, L], [B], [B]
+        self._thread = threading.Thread(target=self._loop, name="generator-engine", daemon=True)
+
+    # ---- lifecycle and control (any thread) ----
+    def start(self) -> "Engine":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        self._thread.join(timeout=30)
+
+    def submit(self, req: Request) -> None:
+        if req.spec.max_new_tokens <= 0:
+            req.complete({"type": "length", "length": 0})
+            return
+        with self._cv:
+            self._waiting.append(req)
+            self._cv.notify_all()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def in_flight(self) -> int:
+        with self._cv:
+            return len(self._rows) + len(self._waiting)
+
+    def has_rid(self, rid: str) -> bool:
+        with self._cv:
+            return any(r.rid == rid for r in self._rows) or any(r.rid == rid for r in self._waiting)
+
+    def pause(self, mode: str) -> int:
+        """abort: end every request now with its partial output; retract: drop their KV and
+        requeue them; in_place: keep them. New requests wait until `resume`. Returns how many
+        requests were in flight."""
+        with self._step_lock:
+            with self._cv:
+                self._paused = True
+                n = len(self._rows) + len(self._waiting)
+            if mode == "abort":
+                self._abort_where(lambda r: True, "Abort by /pause_generation")
+            elif mode == "retract":
+                rows = self._rows
+                self._set_rows([], None, None, None, None, None)
+                with self._cv:
+                    self._waiting.extendleft(reversed(rows))
+            return n
+
+    def resume(self) -> None:
+        with self._cv:
+            self._paused = False
+            self._cv.notify_all()
+
+    def abort(self, rid: Optional[str] = None, message: str = "Abort by /abort_request") -> int:
+        """End one request (or all when rid is None) with finish_reason abort."""
+        with self._step_lock:
+            return self._abort_where(lambda r: rid is None or r.rid == rid, message)
+
+    def load_weights(self, named: Sequence[Tuple[str, torch.Tensor]], version: Optional[str],
+                     complete: bool) -> int:
+        """Copy tensors into the model between steps; all are checked before any is copied.
+
+        complete: the tensors must cover every parameter (a full checkpoint).
+        """
+        state = self.model.state_dict(keep_vars=True)
+        errors = []
+        for name, t in named:
+            p = state.get(name)
+            if p is None:
+                errors.append(f"unknown tensor {name!r}")
+            elif tuple(p.shape) != tuple(t.shape):
+                errors.append(f"{name}: shape {list(t.shape)}, model has {list(p.shape)}")
+        if complete:
+            given = {n for n, _ in named}
+            missing = [n for n, _ in self.model.named_parameters() if n not in given]
+            if missing:
+                errors.append(f"missing {len(missing)} parameters, e.g. {missing[:3]}")
+        if errors:
+            raise WeightLoadError("; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""))
+        with self._step_lock, torch.no_grad():
+            for name, t in named:
+                state[name].data.copy_(t.to(device=self.device, dtype=state[name].dtype))
+            if version is not None:
+                self.version = version
+        return len(named)
+
+    def set_version(self, version: str) -> None:
+        with self._step_lock:
+            self.version = version
+
+    # ---- the engine thread ----
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopping and (self._paused or not (self._waiting or self._rows)):
+                    self._cv.wait()
+                if self._stopping:
+                    return
+            with self._step_lock:
+                with self._cv:
+                    if self._paused:
+                        continue
+                    room = self.max_batch_size - len(self._rows)
+                    joiners = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+                try:
+                    with torch.no_grad():
+                        if joiners:
+                            self._prefill(joiners)
+                        if self._rows:
+                            self._decode()
+                    self.steps += 1
+                except Exception as e:  # keep serving: fail the batch, not the server
+                    log.exception("engine step failed")
+                    self._abort_where(lambda r: True, f"engine error: {type(e).__name__}: {e}")
+                    for r in joiners:
+                        if r.finish is None:
+                            r.complete({"type": "abort", "message": f"engine error: {e}"})
+
+    def _forward(self, ids, mask, pos, keys, values):
+        cache = DynamicCache(ddp_cache_data=list(zip(keys, values))) if keys else DynamicCache()
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                         cache=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1], [l.keys for l in cache.layers], [l.values for l in cache.layers]
+
+    def _prefill(self, joiners: List[Request]) -> None:
+        seqs = [r.prompt_ids + r.output_ids for r in joiners]
+        width = max(len(s) for s in seqs)
+        ids = torch.zeros((len(seqs), width), dtype=torch.long, device=self.device)
+        mask = torch.zeros_like(ids)
+        for i, s in enumerate(seqs):
+            ids[i, width - len(s):] = torch.tensor(s, device=self.device)
+            mask[i, width - len(s):] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits, keys, values = self._forward(ids, mask, pos, [], [])
+        pad = (mask == 0)[:, None, :, None]  # zero the padding's K/V so no NaN can leak
+        keys = [k.masked_fill(pad, 0.0) for k in keys]
+        values = [v.masked_fill(pad, 0.0) for v in values]
+        lens = torch.tensor([len(s) for s in seqs], device=self.device)
+        tokens = self._sample_and_record(joiners, logits)
+        if not self._rows:
+            self._set_rows(joiners, keys, values, mask, lens, tokens)
+        else:
+            cur = self._mask.shape[1]
+            a, b = max(0, width - cur), max(0, cur - width)
+            self._set_rows(
+                self._rows + joiners,
+                [torch.cat([_pad_left(k0, a, 2), _pad_left(k1, b, 2)]) for k0, k1 in zip(self._keys, keys)],
+                [torch.cat([_pad_left(v0, a, 2), _pad_left(v1, b, 2)]) for v0, v1 in zip(self._values, values)],
+                torch.cat([_pad_left(self._mask, a, 1), _pad_left(mask, b, 1)]),
+                torch.cat([self._pos, lens]), torch.cat([self._last, tokens]))
+        self._drop_finished()
+
+    def _decode(self) -> None:
+        mask = torch.cat([self._mask, torch.ones_like(self._mask[:, :1])], dim=1)
+        logits, self._keys, self._values = self._forward(
+            self._last.unsqueeze(1), mask, self._pos.unsqueeze(1), self._keys, self._values)
+        self._mask, self._pos = mask, self._pos + 1
+        self._last = self._sample_and_record(self._rows, logits)
+        self._drop_finished()
+
+    def _sample_and_record(self, rows: List[Request], logits: torch.Tensor) -> torch.Tensor:
+        banned = [sorted((set() if r.spec.ignore_eos else self.eos_ids) | set(r.spec.stop_token_ids))
+                  if len(r.output_ids) < r.spec.min_new_tokens else () for r in rows]
+        tokens, logps = sample(logits, [r.spec for r in rows], [r.generator for r in rows], banned)
+        for r, t, lp in zip(rows, tokens.tolist(), logps.tolist()):
+            n = len(r.output_ids)
+            r.output_ids.append(t)
+            r.logprobs.append(lp)
+            if r.spans and r.spans[-1][0] == self.version:
+                r.spans[-1][2] = n + 1
+            else:
+                r.spans.append([self.version, n, n + 1])
+            r.finish = self._finish_of(r, t)
+        return tokens
+
+    def _finish_of(self, r: Request, t: int) -> Optional[dict]:
+        spec, n = r.spec, len(r.output_ids)
+        if (t in self.eos_ids and not spec.ignore_eos) or t in spec.stop_token_ids:
+            return {"type": "stop", "matched": t}
+        if spec.stop and self.decode is not None:
+            tail = self.decode(r.output_ids[-(max(len(s) for s in spec.stop) + 8):])
+            for s in spec.stop:
+                if s in tail:
+                    return {"type": "stop", "matched": s}
+        if n >= spec.max_new_tokens or len(r.prompt_ids) + n >= self.max_context_len:
+            return {"type": "length", "length": n}
+        return None
+
+    # ---- batch bookkeeping (under the step lock) ----
+    def _set_rows(self, rows, keys, values, mask, pos, last) -> None:
+        self._rows, self._mask, self._pos, self._last = rows, mask, pos, last
+        self._keys, self._values = (keys or []), (values or [])
+
+    def _keep_rows(self, keep: List[int]) -> None:
+        if not keep:
+            self._set_rows([], None, None, None, None, None)
+            return
+        idx = torch.tensor(keep, device=self.device)
+        mask = self._mask[idx]
+        trim = int(mask.argmax(dim=1).min())  # left padding that every row has
+        self._set_rows([self._rows[i] for i in keep],
+                       [k[idx, :, trim:] for k in self._keys], [v[idx, :, trim:] for v in self._values],
+                       mask[:, trim:], self._pos[idx], self._last[idx])
+
+    def _drop_finished(self) -> None:
+        done = [r for r in self._rows if r.finish is not None]
+        if done:
+            self._keep_rows([i for i, r in enumerate(self._rows) if r.finish is None])
+            for r in done:
+                r.complete()
+
+    def _abort_where(self, pred, message: str) -> int:
+        with self._cv:
+            gone = [r for r in self._waiting if pred(r)]
+            self._waiting = collections.deque(r for r in self._waiting if not pred(r))
+        hit = [i for i, r in enumerate(self._rows) if pred(r)]
+        gone += [self._rows[i] for i in hit]
+        if hit:
+            self._keep_rows([i for i in range(len(self._rows)) if i not in set(hit)])
+        for r in gone:
+            r.complete({"type": "abort", "message": message})
+        return len(gone)

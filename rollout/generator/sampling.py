@@ -1,0 +1,78 @@
+"""Next-token sampling for a batch of requests with their own parameters and random streams.
+
+The returned log-prob is the sampled token's log-prob under the temperature-scaled
+distribution (raw logits when greedy), before top-p / top-k / min-p truncation: what SGLang
+returns by default and what the learner recomputes with the same temperature.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+ALL_TOKENS = 1 << 30  # SGLang's top_k default: no top-k cut
+
+
+@dataclass
+class SamplingSpec:
+    """Validated per-request sampling parameters (the server side of SGLang's sampling_params)."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = ALL_TOKENS  # -1 also means all
+    min_p: float = 0.0
+    min_new_tokens: int = 0
+    stop: List[str] = field(default_factory=list)
+    stop_token_ids: List[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    no_stop_trim: bool = False
+    sampling_seed: Optional[int] = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+    @property
+    def truncates(self) -> bool:
+        return self.top_p < 1.0 or 1 < self.top_k < ALL_TOKENS or self.min_p > 0.0
+
+
+def sample(logits: torch.Tensor, specs: Sequence[SamplingSpec], generators: Sequence[torch.Generator],
+           banned: Sequence[Sequence[int]]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of `logits` [B, V]; returns (tokens [B], log-probs [B]).
+
+    `banned[i]` are token ids row i may not sample yet (eos / stop ids before min_new_tokens).
+    """
+    logits = logits.float()
+    for i, ids in enumerate(banned):
+        if ids:
+            logits[i, list(ids)] = float("-inf")
+    temps = torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in specs],
+                         device=logits.device).unsqueeze(1)
+    logp = torch.log_softmax(logits / temps, dim=-1)
+    tokens = logp.argmax(dim=-1)
+    rows = [i for i, s in enumerate(specs) if not s.greedy]
+    if rows:
+        probs = logp[rows].exp()
+        trunc = [j for j, i in enumerate(rows) if specs[i].truncates]
+        if trunc:
+            probs[trunc] = _truncate(probs[trunc], [specs[rows[j]] for j in trunc])
+        for j, i in enumerate(rows):
+            tokens[i] = torch.multinomial(probs[j], 1, generator=generators[i])[0]
+    return tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+
+def _truncate(probs: torch.Tensor, specs: Sequence[SamplingSpec]) -> torch.Tensor:
+    """Zero what top-k, top-p (nucleus, keeping the token that crosses p) and min-p cut."""
+    p_sorted, idx = probs.sort(dim=-1, descending=True)
+    rank = torch.arange(probs.shape[-1], device=probs.device).unsqueeze(0)
+    top_k = torch.tensor([s.top_k if 0 < s.top_k < ALL_TOKENS else probs.shape[-1] for s in specs],
+                         device=probs.device).unsqueeze(1)
+    top_p = torch.tensor([s.top_p for s in specs], device=probs.device).unsqueeze(1)
+    min_p = torch.tensor([s.min_p for s in specs], device=probs.device).unsqueeze(1)
+    cut = (rank >= top_k) | ((p_sorted.cumsum(-1) - p_sorted) > top_p) | (p_sorted < min_p * p_sorted[:, :1])
+    p_sorted = p_sorted.masked_fill(cut, 0.0)
+    return torch.zeros_like(probs).scatter(1, idx, p_sorted)

@@ -1,0 +1,306 @@
+"""The embedded generator's HTTP server: SGLang's native routes over the batching engine.
+
+Handlers never block the event loop: engine control and weight transfers run in worker
+threads, and a finished request wakes its handler through the loop. Every error in a
+request is answered with a 4xx in SGLang's error shape and the server keeps serving.
+"""
+from __future__ import annotations
+
+import asyncio
+import glob
+import json
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from aiohttp import web
+
+from areal_mem.security import bearer_auth_middleware
+from areal_mem.weight_transport import BucketMeta, WeightGroup
+
+from .engine import Engine, Request, WeightLoadError
+from .protocol import BadRequest, build_response, error_body, parse_generate
+
+log = logging.getLogger(__name__)
+
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+
+@dataclass
+class ModelMeta:
+    model_path: str
+    vocab_size: int
+    max_context_len: int
+    served_model_name: str = ""
+
+
+def load_safetensors_dir(path: str) -> List[Tuple[str, torch.Tensor]]:
+    """All tensors of a Hugging Face safetensors checkpoint folder (any number of shards)."""
+    from safetensors.torch import load_file
+
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise WeightLoadError(f"{path}: no *.safetensors files")
+    out: List[Tuple[str, torch.Tensor]] = []
+    for f in files:
+        out += list(load_file(f).items())
+    return out
+
+
+class GeneratorServer:
+    def __init__(self, engine: Engine, meta: ModelMeta, tokenizer=None, token: str = ""):
+        self.engine, self.meta, self.tokenizer, self.token = engine, meta, tokenizer, token
+        self.groups: Dict[str, WeightGroup] = {}
+
+    # ---- helpers ----
+    @staticmethod
+    def _bad(message: str, status: int = 400) -> web.Response:
+        return web.json_response(error_body(message, status), status=status)
+
+    @staticmethod
+    async def _json(request: web.Request) -> Dict[str, Any]:
+        text = await request.text()
+        if not text.strip():
+            return {}
+        try:
+            body = json.loads(text)
+        except ValueError as e:
+            raise BadRequest(f"request body is not JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise BadRequest(f"expected a JSON object, got {type(body).__name__}")
+        return body
+
+    def _decode(self, ids: List[int], skip_special_tokens: bool = True) -> str:
+        if self.tokenizer is None:
+            return ""
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    # ---- routes ----
+    async def generate(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._json(request)
+            encode = (lambda t: self.tokenizer.encode(t, add_special_tokens=False)) if self.tokenizer else None
+            p = parse_generate(body, self.meta.vocab_size, self.meta.max_context_len, encode)
+        except BadRequest as e:
+            return self._bad(str(e))
+        rid = p.rid or uuid.uuid4().hex
+        if self.engine.has_rid(rid):
+            return self._bad(f"rid {rid!r} is already in flight")
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def done(req: Request) -> None:
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(req))
+
+        gen = torch.Generator()
+        if p.spec.sampling_seed is not None:
+            gen.manual_seed(p.spec.sampling_seed)
+        else:
+            gen.seed()
+        req = Request(rid, p.input_ids, p.spec, done, generator=gen)
+        self.engine.submit(req)
+        try:
+            await fut
+        except asyncio.CancelledError:  # the client went away: stop spending compute on it
+            await asyncio.to_thread(self.engine.abort, rid, "client disconnected")
+            raise
+        text = self._decode(req.output_ids, p.spec.skip_special_tokens)
+        matched = (req.finish or {}).get("matched")
+        if isinstance(matched, str) and not p.spec.no_stop_trim and matched in text:
+            text = text[: text.index(matched)]
+        return web.json_response(build_response(req, p.return_logprob, self.engine.version, text))
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return web.json_response({
+            "model_path": self.meta.model_path, "tokenizer_path": self.meta.model_path,
+            "served_model_name": self.meta.served_model_name or self.meta.model_path,
+            "is_generation": True, "preferred_sampling_params": None,
+            "weight_version": self.engine.version, "max_context_length": self.meta.max_context_len,
+        })
+
+    async def pause_generation(self, request: web.Request) -> web.Response:
+        try:
+            mode = (await self._json(request)).get("mode", "abort")
+        except BadRequest as e:
+            return self._bad(str(e))
+        if mode not in PAUSE_MODES:
+            return self._bad(f"mode must be one of {PAUSE_MODES}, not {mode!r}")
+        n = await asyncio.to_thread(self.engine.pause, mode)
+        return web.json_response({"success": True, "message": f"paused ({mode}); {n} in flight"})
+
+    async def continue_generation(self, request: web.Request) -> web.Response:
+        self.engine.resume()
+        return web.json_response({"success": True, "message": "continued"})
+
+    async def abort_request(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._json(request)
+        except BadRequest as e:
+            return self._bad(str(e))
+        rid, abort_all = body.get("rid", ""), bool(body.get("abort_all", False))
+        if not abort_all and not isinstance(rid, str):
+            return self._bad("rid: expected a string")
+        n = await asyncio.to_thread(self.engine.abort, None if abort_all else rid)
+        return web.json_response({"success": n > 0})
+
+    async def _update(self, request: web.Request, load) -> web.Response:
+        """Shared body of the weight-update routes: `load(body)` returns tensors (off the loop)."""
+        try:
+            body = await self._json(request)
+            version = body.get("weight_version")
+            if version is not None and not isinstance(version, str):
+                raise BadRequest("weight_version: expected a string")
+            if body.get("abort_all_requests"):
+                await asyncio.to_thread(self.engine.abort, None, "Abort by weight update")
+            named, complete = await load(body)
+            await asyncio.to_thread(self.engine.load_weights, named, version, complete)
+        except (BadRequest, WeightLoadError, ValueError, OSError, RuntimeError) as e:
+            return web.json_response({"success": False, "message": f"{type(e).__name__}: {e}"}, status=400)
+        held = self.engine.in_flight() if self.engine.paused else 0
+        return web.json_response({"success": True, "num_paused_requests": held,
+                                  "message": f"loaded {len(named)} tensors, weight_version {self.engine.version}"})
+
+    async def update_weights_from_disk(self, request: web.Request) -> web.Response:
+        async def load(body):
+            path = body.get("model_path")
+            if not isinstance(path, str) or not path:
+                raise BadRequest("model_path: expected a folder path")
+            if body.get("load_format") not in (None, "auto", "safetensors"):
+                raise BadRequest(f"load_format {body['load_format']!r} is not supported (safetensors only)")
+            return await asyncio.to_thread(load_safetensors_dir, path), True
+        return await self._update(request, load)
+
+    async def update_weights_from_distributed(self, request: web.Request) -> web.Response:
+        async def load(body):
+            group = self.groups.get(body.get("group_name", ""))
+            if group is None:
+                raise BadRequest(f"group_name {body.get('group_name')!r}: no such weight-update group; "
+                                 f"call /init_weights_update_group first (have {sorted(self.groups)})")
+            names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
+            if not (isinstance(names, list) and isinstance(dtypes, list) and isinstance(shapes, list)
+                    and len(names) == len(dtypes) == len(shapes)):
+                raise BadRequest("names, dtypes and shapes must be lists of the same length")
+            meta = BucketMeta(names, dtypes, shapes)
+            return await asyncio.to_thread(group.receive_bucket, meta, self.engine.device), False
+        return await self._update(request, load)
+
+    async def init_weights_update_group(self, request: web.Request) -> web.Response:
+        try:
+            b = await self._json(request)
+            for key, kind in (("master_address", str), ("master_port", int), ("rank_offset", int),
+                              ("world_size", int), ("group_name", str)):
+                if not isinstance(b.get(key), kind):
+                    raise BadRequest(f"{key}: expected {kind.__name__}")
+            if b["group_name"] in self.groups:
+                raise BadRequest(f"group {b['group_name']!r} already exists")
+            backend = b.get("backend") or ("nccl" if self.engine.device.type == "cuda" else "gloo")
+            group = await asyncio.to_thread(
+                WeightGroup.join, b["master_address"], b["master_port"], b["world_size"],
+                b["rank_offset"], b["group_name"], backend)
+        except (BadRequest, ValueError, RuntimeError) as e:
+            return web.json_response({"success": False, "message": f"{type(e).__name__}: {e}"}, status=400)
+        self.groups[b["group_name"]] = group
+        return web.json_response({"success": True, "message": f"joined {b['group_name']} as rank {group.rank}"})
+
+    async def update_weight_version(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._json(request)
+        except BadRequest as e:
+            return self._bad(str(e))
+        version = body.get("new_version")
+        if not isinstance(version, str):
+            return self._bad("new_version: expected a string")
+        if body.get("abort_all_requests", True):
+            await asyncio.to_thread(self.engine.abort, None, "Abort by /update_weight_version")
+        await asyncio.to_thread(self.engine.set_version, version)
+        return web.json_response({"success": True, "message": f"weight_version {version}"})
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        n = self.engine.in_flight()
+        if n:
+            return self._bad(f"Cache not flushed because there are {n} pending requests")
+        return web.json_response({"success": True, "message": "Cache flushed."})
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[bearer_auth_middleware(self.token)], client_max_size=64 << 20)
+        app.add_routes([
+            web.post("/generate", self.generate),
+            web.get("/health", self.health),
+            web.get("/health_generate", self.health),
+            web.get("/model_info", self.model_info),
+            web.get("/get_model_info", self.model_info),
+            web.post("/pause_generation", self.pause_generation),
+            web.post("/continue_generation", self.continue_generation),
+            web.post("/abort_request", self.abort_request),
+            web.post("/update_weights_from_disk", self.update_weights_from_disk),
+            web.post("/init_weights_update_group", self.init_weights_update_group),
+            web.post("/update_weights_from_distributed", self.update_weights_from_distributed),
+            web.post("/update_weight_version", self.update_weight_version),
+            web.get("/flush_cache", self.flush_cache),
+            web.post("/flush_cache", self.flush_cache),
+        ])
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def _cleanup(self, app) -> None:
+        for g in self.groups.values():
+            g.close()
+        await asyncio.to_thread(self.engine.stop)
+
+
+def build_server(model_path: str, max_batch_size: int = 32, device: str = "auto", dtype: str = "float32",
+                 max_context_len: int = 0, token: str = "") -> GeneratorServer:
+    """Load the model (and its tokenizer, if the folder has one) and start the engine."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg = AutoConfig.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except (OSError, ValueError):
+        tokenizer = None
+    eos = set()
+    for src in (cfg, _generation_config(model_path, GenerationConfig)):
+        e = getattr(src, "eos_token_id", None)
+        eos |= set(e if isinstance(e, list) else [e] if e is not None else [])
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        eos.add(tokenizer.eos_token_id)
+    ctx = max_context_len or getattr(cfg, "max_position_embeddings", 4096)
+    decode = (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)) if tokenizer else None
+    engine = Engine(model, eos, max_batch_size, ctx, decode).start()
+    meta = ModelMeta(model_path, int(cfg.vocab_size), ctx)
+    return GeneratorServer(engine, meta, tokenizer, token)
+
+
+def _generation_config(path: str, cls):
+    try:
+        return cls.from_pretrained(path)
+    except OSError:
+        return None
+
+
+async def serve(server: GeneratorServer, host: str, port: int, port_file: Optional[str] = None) -> None:
+    """Serve until cancelled; `port_file` receives the bound port (atomically) once listening."""
+    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]
+    if port_file:
+        tmp = f"{port_file}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(str(bound))
+        os.replace(tmp, port_file)
+    print(f"generator: serving {server.meta.model_path} on http://{host}:{bound}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()

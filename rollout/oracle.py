@@ -1,0 +1,203 @@
+"""A scripted oracle policy for the synthetic world: MemSearcher-format demonstrations for SFT.
+
+The oracle is a generator (the same protocol as the real client), so the real
+MemSearcher workflow, tool and retriever produce the rows and the demonstrations
+have exactly the format RL will see. From the prompt it reads the question and
+the memory; it knows each world question's supporting passages, searches their
+titles in order, keeps every found passage in the memory as `Title: text`, and
+answers in `\\boxed{}` once the memory holds them all. With `mistake_rate` it
+searches a wrong title, forgets the new passage, or answers wrongly.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from areal_mem.data.task import Task
+from rollout.generator.types import GenerationResult, SamplingParams
+from rollout.workflows.tokens import ASSISTANT_HEADER, IM_START, decode, encode
+
+_QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL)
+_MEMORY = re.compile(r"<memory>(.*?)</memory>", re.DOTALL)
+_RESPONSE = re.compile(r"<tool_response>(.*?)\n(.*?)\n</tool_response>", re.DOTALL)
+_DOC_TITLE = re.compile(r'^"(.+?)"\n', re.MULTILINE)
+
+
+@dataclass
+class ContextView:
+    """What a scripted policy reads from a context: question, memory, phase, tool responses."""
+
+    question: str
+    memory: str
+    phase: str  # "action" or "memory"
+    responses: List[str]  # documents text of each tool response in the last user message
+    searches: int  # tool responses anywhere in the context (ReAct's turn count)
+
+
+def read_context(text: str) -> ContextView:
+    q = None
+    for q in _QUESTION.finditer(text):
+        pass
+    question = q.group(1).strip() if q else ""
+    m = _MEMORY.search(text, q.end()) if q else None
+    last_user = text.rpartition(IM_START + "user\n")[2]
+    memory_phase = text.endswith(ASSISTANT_HEADER) and "<tool_response>" in last_user
+    return ContextView(question=question, memory=m.group(1).strip() if m else "",
+                       phase="memory" if memory_phase else "action",
+                       responses=[r.group(2) for r in _RESPONSE.finditer(last_user)],
+                       searches=text.count("<tool_response>"))
+
+
+def split_documents(docs_text: str) -> Dict[str, str]:
+    """`{title: text}` of the `"Title"\\ntext` documents in one tool response."""
+    starts = list(_DOC_TITLE.finditer(docs_text))
+    out: Dict[str, str] = {}
+    for i, s in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(docs_text)
+        out.setdefault(s.group(1), docs_text[s.end():end].strip())
+    return out
+
+
+def search_call(query: str) -> str:
+    call = {"name": "wikipedia_search", "arguments": {"query": query}}
+    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+
+class OraclePolicy:
+    """Implements `generate` like the generator client; log-probs 0.0 and version 0 (not sampled)."""
+
+    def __init__(self, tokenizer, tasks: List[Task], titles: Dict[str, str], mistake_rate: float = 0.0,
+                 seed: int = 0) -> None:
+        if not 0.0 <= mistake_rate <= 1.0:
+            raise ValueError(f"mistake_rate must be in [0, 1], got {mistake_rate}")
+        self.tokenizer = tokenizer
+        self.tasks = {t.question: t for t in tasks}
+        self.titles = titles  # passage id -> title
+        self.all_titles = sorted(set(titles.values()))
+        self.all_answers = sorted({t.golden_answers[0] for t in tasks})
+        self.mistake_rate = mistake_rate
+        self.rng = random.Random(seed)
+        self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def plan(self, task: Task) -> List[str]:
+        return [self.titles[pid] for pid in task.metadata.get("supporting_ids", [])]
+
+    def _mistake(self) -> bool:
+        return self.rng.random() < self.mistake_rate
+
+    def action(self, view: ContextView) -> str:
+        task = self.tasks.get(view.question)
+        if task is None:
+            raise KeyError(f"the oracle has no task for question {view.question!r}")
+        missing = [t for t in self.plan(task) if f"{t}:" not in view.memory]
+        if not missing:
+            answer = self.rng.choice(self.all_answers) if self._mistake() else task.golden_answers[0]
+            return f" The memory holds what I need. </think> The answer is \\boxed{{{answer}}}."
+        title = self.rng.choice(self.all_titles) if self._mistake() else missing[0]
+        return f" I need to know about {title}. </think>\n{search_call(title)}"
+
+    def memory(self, view: ContextView, query: Optional[str]) -> str:
+        facts = [view.memory] if view.memory else []
+        docs = {}
+        for r in view.responses:
+            docs.update(split_documents(r))
+        if query in docs and not self._mistake():
+            facts.append(f"{query}: {docs[query]}")
+        elif not facts:
+            facts.append("Nothing useful found yet.")
+        return "<memory> " + " ".join(facts) + " </memory>"
+
+    async def generate(self, input_ids: List[int], sampling: SamplingParams, rid: Optional[str] = None,
+                       sticky_key: Optional[str] = None) -> GenerationResult:
+        text = decode(self.tokenizer, input_ids)
+        view = read_context(text)
+        if view.phase == "memory":
+            calls = re.findall(r"<tool_response>(.*?)\n", text.rpartition(IM_START + "user\n")[2])
+            query = json.loads(calls[0])["arguments"].get("query") if calls else None
+            out = self.memory(view, query)
+        else:
+            out = self.action(view)
+        ids = encode(self.tokenizer, out) + [self.im_end]
+        finish = "stop" if len(ids) <= sampling.max_new_tokens else "length"
+        ids = ids[: sampling.max_new_tokens]
+        return GenerationResult(output_ids=ids, logprobs=[0.0] * len(ids), versions=[0] * len(ids),
+                                finish_reason=finish, matched_stop=self.im_end if finish == "stop" else None,
+                                prompt_tokens=len(input_ids))
+
+
+def corpus_titles(corpus_path: str) -> Dict[str, str]:
+    """Passage id -> title of a wiki-18 style corpus (`"Title"\\ntext`)."""
+    titles = {}
+    with open(corpus_path, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            m = _DOC_TITLE.match(row["contents"])
+            titles[str(row["id"])] = m.group(1) if m else row["contents"].split("\n", 1)[0]
+    return titles
+
+
+async def demonstrations(tasks: List[Task], policy: OraclePolicy, ctx, workflow, out_path: str,
+                         concurrency: int = 16, progress: bool = True) -> Dict[str, float]:
+    """Run the workflow with the oracle on every task; write all context rows as jsonl."""
+    import asyncio
+
+    from tqdm import tqdm
+
+    from areal_mem.buffer.schema import group_to_table
+    from areal_mem.trajectory import Group
+
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int, task: Task):
+        async with gate:
+            return await workflow.run(task, ctx, f"oracle-{i}-{task.id}")
+
+    jobs = [asyncio.ensure_future(one(i, t)) for i, t in enumerate(tasks)]
+    with tqdm(total=len(jobs), desc="oracle demonstrations", unit="question", disable=not progress) as bar:
+        for done in asyncio.as_completed(jobs):
+            await done
+            bar.update(1)
+    rows = 0
+    with open(out_path, "w", encoding="utf-8") as f:
+        for task, job in zip(tasks, jobs):
+            for row in group_to_table(Group(task.id, [job.result()])).to_pylist():
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                rows += 1
+    trajs = [j.result() for j in jobs]
+    return {"questions": len(trajs), "rows": rows,
+            "em": sum(t.info["em"] for t in trajs) / max(1, len(trajs)),
+            "reward": sum(t.reward for t in trajs) / max(1, len(trajs))}
+
+
+def write_demonstrations(cfg, out_path: str, split: str = "train", limit: int = 0, mistake_rate: float = 0.1,
+                         seed: int = 0, concurrency: int = 16, progress: bool = True) -> Dict[str, float]:
+    """Oracle demonstrations for the world's `split` with the rollout config's workflow settings."""
+    import asyncio
+    import os
+
+    from transformers import AutoTokenizer
+
+    from areal_mem.data import read_tasks
+    from areal_mem.evaluation.services import retriever_service
+    from retriever.client import RetrieverClient
+    from rollout.workflows import build_context
+    from rollout.workflows.memsearcher import MemSearcherWorkflow
+
+    tasks = read_tasks(os.path.join(cfg.world.dir, f"{split}.jsonl"))
+    tasks = tasks[:limit] if limit else tasks
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
+    policy = OraclePolicy(tokenizer, tasks, corpus_titles(os.path.join(cfg.world.dir, "corpus.jsonl")),
+                          mistake_rate=mistake_rate, seed=seed)
+    workflow = MemSearcherWorkflow()
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+
+    async def main(urls: List[str]) -> Dict[str, float]:
+        async with RetrieverClient.from_config(cfg.retriever, urls=urls) as retriever:
+            ctx = build_context(cfg.rollout, workflow, policy, tokenizer, retriever)
+            return await demonstrations(tasks, policy, ctx, workflow, out_path, concurrency, progress)
+
+    with retriever_service(cfg) as urls:
+        return asyncio.run(main(urls))

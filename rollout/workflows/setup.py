@@ -1,0 +1,65 @@
+"""Build a workflow and its `WorkflowContext` from the rollout config (used by the worker and eval)."""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from areal_mem import plugins
+from rollout.generator.types import SamplingParams
+from rollout.tools.base import Tool, ToolBuild
+
+from .base import Generator, Limits, RewardFn, Workflow, WorkflowContext
+from .tokens import load_prompt
+
+
+def build_workflow(name: str) -> Workflow:
+    factory = plugins.resolve("workflow", name)
+    workflow = factory()
+    if not isinstance(workflow, Workflow):
+        raise plugins.PluginError(f"workflow {name!r} built a {type(workflow).__name__}, not a Workflow")
+    return workflow
+
+
+def build_tools(rollout: Any, retriever: Optional[Any]) -> Dict[str, Tool]:
+    tools: Dict[str, Tool] = {}
+    for name in rollout.tools:
+        args = dict(rollout.tool_args.get(name, {}) or {})
+        tool = plugins.resolve("tool", name)(ToolBuild(rollout=rollout, retriever=retriever, args=args))
+        if not isinstance(tool, Tool):
+            raise plugins.PluginError(f"tool {name!r} built a {type(tool).__name__}, not a Tool")
+        tools[tool.name] = tool
+    return tools
+
+
+def build_reward(rollout: Any) -> RewardFn:
+    return plugins.resolve("reward", rollout.reward)(rollout)
+
+
+def prompt_template(rollout: Any, workflow: Workflow) -> str:
+    """`rollout.prompt_file`, else the packaged template of the workflow's `prompt_style`, else ''."""
+    if rollout.prompt_file:
+        return load_prompt(rollout.prompt_file, "")
+    default = getattr(workflow, "default_prompt", "")
+    style = getattr(rollout.prompt_style, "value", rollout.prompt_style)
+    if not default or style == "released":
+        return ""
+    return load_prompt("", default.replace(".txt", f"_{style}.txt"))
+
+
+def build_context(rollout: Any, workflow: Workflow, generator: Generator, tokenizer: Any,
+                  retriever: Optional[Any] = None, max_turns: Optional[int] = None,
+                  temperature: Optional[float] = None) -> WorkflowContext:
+    """The episode context for `workflow`; `max_turns`/`temperature` override (evaluation)."""
+    temp = rollout.temperature if temperature is None else temperature
+    return WorkflowContext(
+        generator=generator,
+        tokenizer=tokenizer,
+        tools=build_tools(rollout, retriever),
+        reward=build_reward(rollout),
+        sampling=SamplingParams(temperature=temp, top_p=rollout.top_p if temp > 0 else 1.0),
+        limits=Limits(max_turns=max_turns or rollout.max_turns, max_new_tokens=rollout.max_new_tokens,
+                      max_memory_tokens=rollout.max_memory_tokens,
+                      max_context_tokens=rollout.max_context_tokens),
+        prompt_template=prompt_template(rollout, workflow),
+        tool_timeout_s=rollout.tool_timeout_s,
+        options=dict(rollout.workflow_args or {}),
+    )

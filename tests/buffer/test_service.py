@@ -1,0 +1,249 @@
+"""The buffer service as a real process on 127.0.0.1, through the real client."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as flight
+import pytest
+
+from areal_mem.buffer import BufferRefusedError, group_to_table
+from areal_mem.buffer.schema import concat_groups
+from areal_mem.buffer.service import BufferService
+from areal_mem.net import free_port
+from areal_mem.security import InsecureBindError
+
+from .conftest import make_group
+
+
+def test_groups_round_trip_bit_for_bit(serve):
+    buf = serve(overrides=["buffer.max_memory_groups=2"])  # 2 from memory, 3 read back from disk
+    client = buf.client()
+    groups = [make_group(f"g{i}", n_traj=5, n_ctx=4, tokens=300, seed=i) for i in range(5)]
+    for g in groups:
+        assert client.put_group(g) is True
+    assert client.stats()["in_memory_groups"] == 2
+    batch = client.get_batch(5, timeout_s=10)
+    assert batch.group_ids == [g.group_id for g in groups]  # oldest first
+    assert batch.table.equals(concat_groups([group_to_table(g) for g in groups]))
+    assert batch.groups == groups
+    assert (batch.dropped_stale, batch.version) == (0, 0)
+
+
+def test_capacity_rule_through_the_service(serve):
+    buf = serve(overrides=["buffer.max_staleness=0", "buffer.batch_groups=2",
+                           "buffer.max_running_groups=100"])
+    client = buf.client()
+    slots = [client.acquire() for _ in range(3)]
+    assert all(slots[:2]) and slots[2] == ""  # eta = 0: one batch per version
+    assert client.put_group(make_group("a"), slot=slots[0])
+    assert client.release(slots[1]) is True and client.release(slots[1]) is False
+    assert client.stats()["capacity"] == 1
+    second = client.acquire()
+    client.put_group(make_group("b"), slot=second)
+    assert client.acquire() == "" and client.stats()["capacity"] == 0
+    client.ack(client.get_batch(2, timeout_s=5).batch_id)  # the learner trains, then pushes
+    assert client.set_version(1) == {"version": 1, "dropped_stale": 0}
+    assert client.stats()["capacity"] == 2
+    assert client.acquire() != ""
+
+
+def test_capacity_with_eta_two_and_max_running(serve):
+    buf = serve(overrides=["buffer.max_staleness=2", "buffer.batch_groups=3",
+                           "buffer.max_running_groups=4"])
+    client = buf.client()
+    assert client.stats()["capacity"] == 4  # min(4 - 0, 3 * 3 - 0)
+    slots = [client.acquire() for _ in range(5)]
+    assert sum(bool(s) for s in slots) == 4
+    for i, s in enumerate(slots[:4]):
+        client.put_group(make_group(f"g{i}"), slot=s)
+    assert client.stats()["capacity"] == 4  # min(4, 9 - 4)
+    for i in range(4, 8):
+        client.put_group(make_group(f"g{i}"))  # puts without a slot count too
+    assert client.stats()["capacity"] == 1  # 9 - 8
+    client.set_version(1)
+    assert client.stats()["capacity"] == 4  # min(4, 12 - 8)
+
+
+def test_acquire_waits_for_a_version_bump(serve):
+    buf = serve(overrides=["buffer.max_staleness=0", "buffer.batch_groups=1"])
+    client = buf.client()
+    client.put_group(make_group("a"))
+    bump = threading.Timer(0.5, lambda: buf.client().set_version(1))
+    bump.start()
+    assert client.acquire(wait_s=10) != ""
+    bump.join()
+
+
+def test_stale_groups_are_dropped_and_counted(serve):
+    buf = serve(overrides=["buffer.max_staleness=1"])
+    client = buf.client()
+    for v in (0, 1, 2):
+        client.put_group(make_group(f"v{v}", start_version=v))
+    assert client.set_version(2) == {"version": 2, "dropped_stale": 1}  # 0 < 2 - 1
+    client.put_group(make_group("late", start_version=0))  # stale on arrival
+    batch = client.get_batch(2, timeout_s=10)
+    assert batch.group_ids == ["v1", "v2"] and batch.dropped_stale == 1
+    stats = client.stats()
+    assert (stats["dropped_stale"], stats["pending_groups"], stats["accepted"]) == (2, 0, 2)
+    assert client.put_group(make_group("v0")) is False  # a dropped group stays refused
+    with pytest.raises(TimeoutError):
+        client.get_batch(1, timeout_s=0.5)
+
+
+def test_invalid_puts_are_refused_and_nothing_is_stored(serve, tmp_path):
+    buf = serve()
+    client = buf.client()
+    good = group_to_table(make_group("g"))
+    wrong_type = good.set_column(7, "behav_logp",
+                                 pc.cast(good.column("behav_logp"), pa.list_(pa.float64())))
+    short_mask = good.set_column(6, "loss_mask", pa.array([[1]] * good.num_rows, pa.list_(pa.int8())))
+    for table, reason in [(wrong_type, "expected list<item: float>"),
+                          (short_mask, "row 0: loss_mask has 1 entries"),
+                          (good, "rows carry group_id 'g' but the put names 'other'")]:
+        with pytest.raises(BufferRefusedError) as e:
+            client.put_table(table, "other" if table is good else "g")
+        assert e.value.code == "invalid" and reason in str(e.value)
+    stats = client.stats()
+    assert (stats["groups_put"], stats["pending_groups"], stats["refused_invalid"]) == (0, 0, 3)
+    assert os.listdir(tmp_path / "run" / "buffer" / "groups") == []
+    assert client.put_table(good, "g") is True  # the id was not burnt by the refusals
+
+
+def test_duplicate_group_id_is_refused(serve):
+    buf = serve()
+    client = buf.client()
+    group = make_group("dup")
+    assert client.put_group(group) is True
+    raw = flight.FlightClient(buf.url)
+    writer, _ = raw.do_put(flight.FlightDescriptor.for_command(b'{"group_id": "dup"}'),
+                           group_to_table(group).schema)
+    writer.write_table(group_to_table(group))
+    with pytest.raises(flight.FlightServerError, match="group 'dup' was already accepted"):
+        writer.close()
+    batch = client.get_batch(1, timeout_s=5)
+    assert client.ack(batch.batch_id) == 1 and client.ack(batch.batch_id) == 0
+    assert client.put_group(group) is False  # still refused after it was trained
+    stats = client.stats()
+    assert (stats["groups_put"], stats["refused_duplicate"], stats["pending_groups"]) == (1, 2, 0)
+
+
+def test_bad_requests_get_clear_errors_and_the_service_stays_up(serve):
+    buf = serve()
+    client = buf.client()
+    raw = flight.FlightClient(buf.url)
+    for action, body, message in [("stats", b"[1]", "must be a JSON object"),
+                                  ("ack", b"{not json", "is not JSON"),
+                                  ("set_version", b'{"version": "3"}', "'version' must be int"),
+                                  ("shutdown", b"{}", "unknown action 'shutdown'")]:
+        with pytest.raises(flight.FlightServerError, match=message):
+            list(raw.do_action(flight.Action(action, body)))
+    with pytest.raises(BufferRefusedError) as e:
+        client.ack("nope")
+    assert e.value.code == "unknown_batch"
+    with pytest.raises(flight.FlightServerError, match="needs n >= 1"):
+        raw.do_get(flight.Ticket(json.dumps({"n": 0, "request_id": "r"}).encode())).read_all()
+    assert client.stats()["groups_put"] == 0
+
+
+def test_retried_request_gets_the_same_batch_and_requeue(serve):
+    buf = serve()
+    client = buf.client()
+    for i in range(4):
+        client.put_group(make_group(f"g{i}"))
+    raw = flight.FlightClient(buf.url)
+    ticket = flight.Ticket(json.dumps({"n": 2, "request_id": "r1"}).encode())
+    first, again = raw.do_get(ticket).read_all(), raw.do_get(ticket).read_all()
+    assert first.equals(again) and first.num_rows == 12
+    assert client.requeue("r1") == 2
+    assert client.get_batch(3, timeout_s=5).group_ids == ["g0", "g1", "g2"]
+
+
+def test_token_is_required_when_set(serve):
+    buf = serve(token="s3cret")
+    assert buf.client().stats()["groups_put"] == 0
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        list(flight.FlightClient(buf.url).do_action(flight.Action("stats", b"{}")))
+    wrong = flight.FlightCallOptions(headers=[(b"authorization", b"Bearer nope")])
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        list(flight.FlightClient(buf.url).do_action(flight.Action("stats", b"{}"), wrong))
+
+
+def test_non_loopback_bind_without_token_refuses_to_start(tmp_path):
+    with pytest.raises(InsecureBindError, match="refusing to bind '0.0.0.0'"):
+        BufferService(str(tmp_path), host="0.0.0.0")
+
+
+def test_crash_after_puts_and_an_unacked_get_loses_nothing(serve, tmp_path):
+    port = free_port()
+    buf = serve(port=port, overrides=["buffer.max_staleness=4"])
+    client = buf.client(max_retries=30, backoff_s=0.1)
+    groups = [make_group(f"g{i}", seed=i) for i in range(6)]
+    for g in groups:
+        client.put_group(g)
+    acked = client.get_batch(2, timeout_s=5)
+    client.ack(acked.batch_id)
+    unacked = client.get_batch(2, timeout_s=5)
+    client.set_version(3)
+    buf.kill()  # SIGKILL: no shutdown code runs
+
+    restarted = serve(port=port, overrides=["buffer.max_staleness=4"])
+    stats = client.stats()  # the same client reconnects to the restarted service
+    assert (stats["recovered_groups"], stats["version"], stats["accepted"]) == (4, 3, 6)
+    batch = client.get_batch(4, timeout_s=5)
+    assert batch.group_ids == ["g2", "g3", "g4", "g5"]  # unacked come back first, none twice
+    assert batch.groups == groups[2:]
+    assert unacked.group_ids == ["g2", "g3"]
+    with pytest.raises(BufferRefusedError):
+        client.ack(unacked.batch_id)  # the restart re-queued it
+    assert client.put_group(groups[0]) is False and client.put_group(groups[5]) is False
+    client.ack(batch.batch_id)
+    restarted.kill()
+    again = serve(port=port).client()
+    assert again.stats()["pending_groups"] == 0
+    assert sorted(os.listdir(tmp_path / "run" / "buffer" / "groups")) == []
+
+
+def test_concurrent_writers_each_group_once(serve):
+    buf = serve()
+    results = []
+
+    def writer(w: int) -> None:
+        client = buf.client()
+        for i in range(6):
+            g = make_group(f"w{w}-{i % 4}", seed=w)  # ids 4 and 5 repeat 0 and 1
+            results.append((g.group_id, client.put_group(g)))
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(gid for gid, stored in results if stored) == sorted(
+        f"w{w}-{i}" for w in range(8) for i in range(4))
+    batch = buf.client().get_batch(32, timeout_s=10)
+    assert len(set(batch.group_ids)) == 32
+
+
+def test_expired_slots_give_their_place_back(serve):
+    buf = serve(overrides=["buffer.max_staleness=0", "buffer.batch_groups=1",
+                           "buffer.slot_ttl_s=0.3"])
+    client = buf.client()
+    assert client.acquire() != "" and client.acquire() == ""
+    assert client.acquire(wait_s=5) != ""  # the first slot expired while waiting
+    assert client.stats()["slots_expired"] == 1
+
+
+def test_serve_command_refuses_a_public_bind_without_token(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "areal_mem.cli", "buffer", "serve", "--run-dir",
+                           str(tmp_path), "--host", "0.0.0.0"], capture_output=True, text=True,
+                          timeout=60, env={k: v for k, v in os.environ.items()
+                                           if k != "AREAL_MEM_BUFFER_TOKEN"})
+    assert done.returncode == 2
+    assert "refusing to bind '0.0.0.0' without a shared token" in done.stderr

@@ -1,0 +1,91 @@
+"""Bad requests get a 400 in SGLang's error shape naming the problem; the server stays up."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from areal_mem.security import InsecureBindError
+from rollout.generator.client import GeneratorClient, GeneratorError
+from rollout.generator.launch import start_embedded_generator
+from rollout.generator.types import SamplingParams
+
+CASES = [
+    ({"sampling_params": {"max_new_tokens": 2}}, "exactly one of `text` and `input_ids`"),
+    ({"text": "a", "input_ids": [5]}, "exactly one of `text` and `input_ids`"),
+    ({"input_ids": [5], "sampling_params": {"max_tokens": 2}}, "unknown field `max_tokens`"),
+    ({"input_ids": [5, 10 ** 6]}, "input_ids[1] = 1000000 is not a token id"),
+    ({"input_ids": [5, -1]}, "input_ids[1] = -1"),
+    ({"input_ids": [5] * 5000}, "the prompt has 5000 tokens"),
+    ({"input_ids": []}, "the prompt is empty"),
+    ({"input_ids": [[5], [6]]}, "batches are not supported"),
+    ({"input_ids": [5], "stream": True}, "stream=true is not supported"),
+    ({"input_ids": [5], "sampling_params": {"temperature": "hot"}}, "temperature: expected a number"),
+    ({"input_ids": [5], "sampling_params": {"top_p": 0}}, "top_p must be in (0, 1]"),
+    ({"input_ids": [5], "sampling_params": {"n": 2}}, "n=2 is not supported"),
+    ({"input_ids": [5], "sampling_params": {"regex": "a+"}}, "regex is not supported"),
+    ({"input_ids": [5], "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens must be >= 0"),
+]
+
+
+def test_bad_generate_requests_answer_400_and_server_stays_up(server, sglang_api):
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            for body, needle in CASES:
+                async with s.post(server.url + "/generate", json=body) as r:
+                    text = await r.text()
+                    assert r.status == 400, (body, text)
+                    err = sglang_api.GenerateStreamError.from_json_value(json.loads(text))
+                    assert needle in err.error.message, (needle, err.error.message)
+                    assert err.error.code == 400
+            async with s.post(server.url + "/generate", data=b"{not json") as r:
+                assert r.status == 400 and "not JSON" in await r.text()
+            async with s.post(server.url + "/pause_generation", json={"mode": "sideways"}) as r:
+                assert r.status == 400
+            async with s.post(server.url + "/update_weights_from_disk", json={"model_path": "/nonexistent"}) as r:
+                body = await r.json()
+                assert r.status == 400 and body["success"] is False and "no *.safetensors" in body["message"]
+            async with s.post(server.url + "/update_weights_from_distributed",
+                              json={"names": ["x"], "dtypes": ["float32"], "shapes": [[1]],
+                                    "group_name": "nope"}) as r:
+                assert r.status == 400 and "no such weight-update group" in (await r.json())["message"]
+            async with s.get(server.url + "/model_info") as r:
+                assert (await r.json())["weight_version"] == "0"  # nothing changed
+            async with s.post(server.url + "/generate",
+                              json={"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 3}}) as r:
+                assert r.status == 200 and (await r.json())["meta_info"]["completion_tokens"] == 3
+
+    asyncio.run(go())
+
+
+def test_client_raises_4xx_without_retrying(server):
+    async def go():
+        async with GeneratorClient([server.url], max_retries=3) as c:
+            with pytest.raises(GeneratorError, match="HTTP 400.*not a token id") as e:
+                await c.generate([5, 10 ** 6], SamplingParams(max_new_tokens=2))
+            assert e.value.status == 400
+
+    asyncio.run(go())
+
+
+def test_token_is_required_when_set_and_never_optional_off_loopback(tiny_model_dir):
+    with pytest.raises(InsecureBindError):
+        start_embedded_generator(tiny_model_dir, host="0.0.0.0")
+    h = start_embedded_generator(tiny_model_dir, token="s3cret", torch_threads=1)
+    try:
+        async def go():
+            async with aiohttp.ClientSession() as s:
+                async with s.post(h.url + "/generate", json={"input_ids": [5]}) as r:
+                    assert r.status == 401
+            async with GeneratorClient([h.url], token="wrong", max_retries=0) as c:
+                with pytest.raises(GeneratorError, match="401"):
+                    await c.generate([5], SamplingParams(max_new_tokens=2))
+            async with GeneratorClient([h.url], token="s3cret") as c:
+                r = await c.generate([5, 6], SamplingParams(max_new_tokens=2))
+                assert len(r.output_ids) == 2
+        asyncio.run(go())
+        assert "s3cret" not in h.log_tail(10 ** 6)
+    finally:
+        h.stop()

@@ -1,0 +1,55 @@
+"""Client routing over several real servers: least outstanding, stickiness, failover."""
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from rollout.generator.client import GeneratorClient, GeneratorUnavailable, token_versions
+from rollout.generator.launch import start_embedded_generator
+from rollout.generator.types import SamplingParams
+
+
+@pytest.fixture
+def two_servers(tiny_model_dir):
+    hs = [start_embedded_generator(tiny_model_dir, max_batch_size=16, torch_threads=1) for _ in range(2)]
+    yield hs
+    for s in hs:
+        s.stop()
+
+
+def test_routing_stickiness_and_failover(two_servers, checker, h):
+    a, b = two_servers
+    prompts = h.make_prompts(8, 2000, seed=13)
+    sp = SamplingParams(max_new_tokens=40, ignore_eos=True)
+
+    async def go():
+        async with GeneratorClient([a.url, b.url], max_retries=2, cooldown_s=30.0,
+                                   on_request=checker.request, on_response=checker.response) as c:
+            spread = await asyncio.gather(*(c.generate(p, sp) for p in prompts))
+            # a trajectory's turns stay on one server even when the other is less loaded
+            sticky = await asyncio.gather(*(c.generate(p, sp, sticky_key="traj-1") for p in prompts[:4]))
+            second = await c.generate(prompts[0], sp, sticky_key="traj-1")
+            b.stop()  # a server dies: requests fail over, none is lost
+            survived = await asyncio.gather(*(c.generate(p, sp) for p in prompts[:4]))
+            health = await c.health()
+            a.stop()
+            with pytest.raises(GeneratorUnavailable, match="gave up after 3 failures"):
+                await c.generate(prompts[0], sp)
+            return spread, sticky, second, survived, health
+
+    spread, sticky, second, survived, health = asyncio.run(go())
+    assert Counter(r.meta["server"] for r in spread) == {a.url: 4, b.url: 4}
+    assert len({r.meta["server"] for r in sticky + [second]}) == 1
+    assert all(r.meta["server"] == a.url and len(r.output_ids) == 40 for r in survived)
+    assert sum(r.meta["failures"] for r in survived) >= 1
+    assert health == {a.url: True, b.url: False}
+    assert checker.checked["request"] >= 17
+
+
+def test_token_versions_from_spans():
+    assert token_versions({"weight_version": "4"}, 3) == [4, 4, 4]
+    spans = [{"version": "1", "start": 0, "end": 2}, {"version": "2", "start": 2, "end": 5}]
+    assert token_versions({"weight_version": "2", "weight_versions": spans}, 5) == [1, 1, 2, 2, 2]
+    assert token_versions({"weight_version": "default"}, 1) == [0]

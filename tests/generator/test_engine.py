@@ -1,0 +1,110 @@
+"""The batching engine in-process: requests share decode steps, join a running batch, survive
+a retract, and stop at eos."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from rollout.generator.engine import Engine, Request, WeightLoadError
+from rollout.generator.sampling import SamplingSpec
+
+
+class Collector:
+    def __init__(self, n):
+        self.done, self.n, self.event = {}, n, threading.Event()
+
+    def __call__(self, req):
+        self.done[req.rid] = req
+        if len(self.done) == self.n:
+            self.event.set()
+
+
+@pytest.fixture
+def engine(ref_model):
+    e = Engine(ref_model, eos_ids=[2], max_batch_size=16, max_context_len=4096).start()
+    yield e
+    e.stop()
+
+
+def _req(rid, prompt, done, n=30, seed=None, **kw):
+    g = torch.Generator()
+    g.manual_seed(seed if seed is not None else hash(rid) % 1000)
+    return Request(rid, prompt, SamplingSpec(max_new_tokens=n, ignore_eos=True, **kw), done, generator=g)
+
+
+def test_requests_share_steps_and_join_a_running_batch(engine, ref_model, h):
+    prompts = h.make_prompts(12, ref_model.config.vocab_size, seed=10)
+    col = Collector(12)
+    for i, p in enumerate(prompts[:8]):
+        engine.submit(_req(str(i), p, col))
+    while engine.steps < 5:
+        time.sleep(0.005)
+    joined_at = engine.steps
+    for i, p in enumerate(prompts[8:], start=8):
+        engine.submit(_req(str(i), p, col))
+    assert col.event.wait(60)
+    assert all(len(r.output_ids) == 30 for r in col.done.values())
+    # 12 requests x 30 tokens in about 30 + joined_at steps, not 360: they decode together,
+    # and the late four joined while the first eight were still running.
+    assert engine.steps <= 30 + joined_at + 3, engine.steps
+    assert joined_at < 30
+    for i, p in enumerate(prompts):
+        r = col.done[str(i)]
+        ref = h.teacher_forced_logprobs(ref_model, p, r.output_ids)
+        assert torch.allclose(torch.tensor(r.logprobs), ref, atol=1e-4)
+
+
+def test_retract_requeues_and_finishes_exactly(engine, ref_model, h):
+    prompts = h.make_prompts(4, ref_model.config.vocab_size, seed=11)
+    col = Collector(4)
+    for i, p in enumerate(prompts):
+        engine.submit(_req(str(i), p, col, n=60))
+    while engine.steps < 10:
+        time.sleep(0.005)
+    assert engine.pause("retract") == 4
+    held = engine.steps
+    time.sleep(0.1)
+    assert engine.steps == held and not col.done  # nothing runs while paused
+    engine.resume()
+    assert col.event.wait(60)
+    for i, p in enumerate(prompts):
+        r = col.done[str(i)]
+        assert len(r.output_ids) == 60 and r.spans == [["0", 0, 60]]
+        ref = h.teacher_forced_logprobs(ref_model, p, r.output_ids)
+        assert torch.allclose(torch.tensor(r.logprobs), ref, atol=1e-4)
+
+
+def test_eos_stops_unless_ignored(ref_model, h):
+    prompt = h.make_prompts(1, ref_model.config.vocab_size, seed=12)[0]
+    with torch.no_grad():
+        first = int(ref_model(torch.tensor([prompt])).logits[0, -1].argmax())
+    e = Engine(ref_model, eos_ids=[first], max_batch_size=4, max_context_len=4096).start()
+    try:
+        col = Collector(2)
+        e.submit(Request("eos", prompt, SamplingSpec(max_new_tokens=5, temperature=0.0), col))
+        e.submit(Request("ign", prompt, SamplingSpec(max_new_tokens=5, temperature=0.0, ignore_eos=True), col))
+        assert col.event.wait(30)
+    finally:
+        e.stop()
+    assert col.done["eos"].output_ids == [first]
+    assert col.done["eos"].finish == {"type": "stop", "matched": first}
+    assert len(col.done["ign"].output_ids) == 5 and col.done["ign"].finish["type"] == "length"
+
+
+def test_context_limit_and_weight_checks(ref_model, h):
+    e = Engine(ref_model, eos_ids=[2], max_batch_size=4, max_context_len=20).start()
+    try:
+        col = Collector(1)
+        e.submit(Request("ctx", list(range(5, 17)), SamplingSpec(max_new_tokens=50, ignore_eos=True), col))
+        assert col.event.wait(30)
+        assert col.done["ctx"].finish == {"type": "length", "length": 8}  # 12 + 8 = 20
+        with pytest.raises(WeightLoadError, match="unknown tensor 'nope'"):
+            e.load_weights([("nope", torch.zeros(1))], "5", complete=False)
+        with pytest.raises(WeightLoadError, match="missing"):
+            e.load_weights([("model.norm.weight", ref_model.model.norm.weight.detach().clone())], "5", complete=True)
+        assert e.version == "0"
+    finally:
+        e.stop()

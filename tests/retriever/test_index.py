@@ -1,0 +1,94 @@
+"""Index building and loading: manifest contents, mismatch refusals, every faiss type, recall@5."""
+import os
+import shutil
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from areal_mem.config.retriever import EncoderConfig, FaissIndexType, Pooling, RetrieverConfig
+from retriever.build import build_index
+from retriever.corpus import corpus_checksum
+from retriever.encoder import default_encoder_path
+from retriever.index import load_index
+from retriever.manifest import IndexMismatchError, Manifest
+
+
+def _recall_at_5(index, title_queries):
+    hits = index.search([q for q, _ in title_queries], 5)
+    return sum(any(d["id"] == pid for d, _ in h) for h, (_, pid) in zip(hits, title_queries)) / len(title_queries)
+
+
+def _head(corpus_path, out, n):
+    with open(corpus_path) as f, open(out, "w") as g:
+        g.writelines(line for _, line in zip(range(n), f))
+    return str(out)
+
+
+def test_manifest_records_what_the_index_was_built_from(dense_dir, bm25_dir, corpus_path):
+    checksum, count = corpus_checksum(corpus_path)
+    dense, bm25 = Manifest.load(dense_dir), Manifest.load(bm25_dir)
+    assert (dense.kind, dense.count, dense.corpus_checksum, dense.dim) == ("dense", count, checksum, 384)
+    assert dense.encoder["path"] == default_encoder_path() and dense.encoder["pooling"] == "mean"
+    assert dense.encoder["fingerprint"].startswith("sha256:")
+    assert dense.index == {"type": "flat", "factory": "Flat", "ntotal": count}
+    assert (bm25.kind, bm25.count, bm25.corpus_checksum) == ("bm25", count, checksum)
+
+
+@pytest.mark.parametrize("kind", ["dense", "bm25"])
+def test_recall_at_5_of_title_queries_on_dev(kind, dense_dir, bm25_dir, title_queries):
+    index = load_index(dense_dir if kind == "dense" else bm25_dir)
+    recall = _recall_at_5(index, title_queries)
+    print(f"{kind} recall@5 on {len(title_queries)} dev title queries: {recall:.3f}")
+    assert recall >= 0.9
+
+
+def test_corpus_mismatch_is_refused(bm25_dir, corpus_path, tmp_path):
+    assert load_index(bm25_dir, corpus_path=corpus_path).count == Manifest.load(bm25_dir).count
+    other = _head(corpus_path, tmp_path / "other.jsonl", 10)
+    with pytest.raises(IndexMismatchError, match="corpus mismatch.*10 passages"):
+        load_index(bm25_dir, corpus_path=other)
+
+
+def test_encoder_setting_mismatch_is_refused(dense_dir):
+    with pytest.raises(IndexMismatchError, match="encoder mismatch on 'pooling'"):
+        load_index(dense_dir, encoder=EncoderConfig(pooling=Pooling.cls))
+    with pytest.raises(IndexMismatchError, match="encoder mismatch on 'query_prefix'"):
+        load_index(dense_dir, encoder=EncoderConfig(query_prefix="query: ", passage_prefix="passage: "))
+
+
+def test_changed_weights_at_the_encoder_path_are_refused(corpus_path, tmp_path):
+    enc_dir = shutil.copytree(default_encoder_path(), tmp_path / "minilm")
+    corpus = _head(corpus_path, tmp_path / "small.jsonl", 40)
+    cfg = RetrieverConfig(encoder=EncoderConfig(path=str(enc_dir)))
+    build_index(corpus, str(tmp_path / "idx"), "dense", cfg, show_progress=False)
+    weights = load_file(str(enc_dir / "model.safetensors"))
+    name = sorted(weights)[0]
+    weights[name] = weights[name] + 0.01
+    save_file(weights, str(enc_dir / "model.safetensors"))
+    with pytest.raises(IndexMismatchError, match="encoder mismatch on 'fingerprint'.*has changed"):
+        load_index(str(tmp_path / "idx"))
+
+
+@pytest.mark.parametrize("ftype", [FaissIndexType.hnsw, FaissIndexType.ivfpq])
+def test_approximate_faiss_types_find_title_passages(ftype, corpus_path, title_queries, tmp_path):
+    cfg = RetrieverConfig(chunk_size=128)
+    cfg.faiss.type = ftype
+    cfg.faiss.pq_m, cfg.faiss.pq_nbits, cfg.faiss.train_size = 16, 4, 256  # small: trains in seconds
+    m = build_index(corpus_path, str(tmp_path / "idx"), "dense", cfg, show_progress=False)
+    assert m.index["type"] == ftype.value and m.index["ntotal"] == m.count
+    if ftype == FaissIndexType.ivfpq:
+        assert m.index["factory"].endswith(",PQ16x4")
+    index = load_index(str(tmp_path / "idx"), faiss=cfg.faiss)
+    assert _recall_at_5(index, title_queries) >= 0.8
+
+
+def test_interrupted_build_leaves_no_loadable_index(tmp_path, corpus_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(open(corpus_path).readline() + "{broken\n")
+    out = tmp_path / "idx"
+    build_index(corpus_path, str(out), "bm25", show_progress=False)
+    with pytest.raises(Exception, match="bad.jsonl:2"):
+        build_index(str(bad), str(out), "bm25", show_progress=False)
+    assert not os.path.exists(out / "manifest.json")
+    with pytest.raises(FileNotFoundError, match="no manifest.json"):
+        load_index(str(out))

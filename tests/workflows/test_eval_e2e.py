@@ -1,0 +1,35 @@
+"""`areal-mem eval` end to end: world + tiny model + embedded generator + retriever, both methods."""
+from __future__ import annotations
+
+import json
+import os
+
+from areal_mem.cli import main
+
+FIELDS = {"method", "data", "questions", "em", "f1", "acc", "reward", "mean_turns", "mean_tool_calls",
+          "context_tokens_by_turn", "end_reasons"}
+
+
+def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, capsys):
+    common = ["--data", f"{world_dir}/dev.jsonl", "--limit", "20", "--quiet",
+              f"model.path={tiny_model_dir}", f"world.dir={world_dir}", f"run_dir={tmp_path}",
+              "retriever.kind=bm25", "rollout.max_new_tokens=48", "rollout.prompt_style=short",
+              "generator.device=cpu"]
+    # memsearcher: no servers configured, so eval builds an index and starts both itself
+    assert main(["eval", "--method", "memsearcher"] + common) == 0
+    # react: against an already running retriever
+    assert main(["eval", "--method", "react"] + common + [f"retriever.urls=[{retriever_url}]"]) == 0
+    assert os.path.exists(tmp_path / "index" / "manifest.json")
+    for method in ("memsearcher", "react"):
+        out = tmp_path / "eval" / method
+        summary = json.loads((out / "summary.json").read_text())
+        records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        assert set(summary) == FIELDS and summary["method"] == method and summary["questions"] == 20
+        assert len(records) == 20 and records[0]["id"] == "dev_0"
+        assert summary["em"] == round(100 * sum(r["em"] for r in records) / 20, 2)
+        assert summary["mean_turns"] == round(sum(r["num_turns"] for r in records) / 20, 3)
+        first = summary["context_tokens_by_turn"][0]
+        assert first["turn"] == 0 and first["episodes"] == 20
+        assert first["max"] == max(r["context_tokens"][0] for r in records)
+        assert sum(summary["end_reasons"].values()) == 20
+    assert '"method": "react", "questions": 20' in capsys.readouterr().out

@@ -1,0 +1,45 @@
+"""The scripted oracle: MemSearcher demonstrations through the real workflow, tool and retriever."""
+from __future__ import annotations
+
+import json
+
+from areal_mem.config import load_config
+from learner.sft_data import read_rows
+from rollout.oracle import read_context, split_documents, write_demonstrations
+
+
+def _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path):
+    return load_config([], [f"model.path={tiny_model_dir}", f"world.dir={world_dir}",
+                            f"run_dir={tmp_path}", f"retriever.urls=[{retriever_url}]",
+                            "rollout.prompt_style=short"])
+
+
+def test_read_context_and_documents():
+    text = ("<|im_start|>user\n<question> Who? </question>\n\n<memory> A: b. </memory><|im_end|>\n"
+            "<|im_start|>assistant\n<think> x </think><tool_call>{}</tool_call><|im_end|>\n<|im_start|>user\n"
+            '<tool_response>{}\n"T1"\nText one.\n"T2"\nText two.\n</tool_response>\nPlease ... within '
+            "<memory> </memory> tags.<|im_end|>\n<|im_start|>assistant\n")
+    view = read_context(text)
+    assert (view.question, view.memory, view.phase, view.searches) == ("Who?", "A: b.", "memory", 1)
+    assert split_documents(view.responses[0]) == {"T1": "Text one.", "T2": "Text two."}
+    assert read_context(text.rpartition("<|im_start|>user")[0]).phase == "action"
+
+
+def test_oracle_demonstrations_are_correct_sft_rows(world_dir, tiny_model_dir, retriever_url, tmp_path):
+    out = str(tmp_path / "demos.jsonl")
+    stats = write_demonstrations(_cfg(world_dir, tiny_model_dir, retriever_url, tmp_path), out, limit=12,
+                                 mistake_rate=0.0, progress=False)
+    assert stats["questions"] == 12 and stats["em"] == 1.0 and stats["reward"] == 1.0
+    rows = [json.loads(line) for line in open(out)]
+    assert len(rows) == stats["rows"] > 12  # multi-hop questions take several contexts
+    assert sum(r["is_final"] for r in rows) == 12
+    for r in rows:
+        assert r["versions"] == [0 if m else -1 for m in r["loss_mask"]]
+        assert 0 in r["loss_mask"] or r["is_final"]  # every searching context has a masked tool response
+    assert len(read_rows(out)) == len(rows)  # the learner's SFT reader takes them as they are
+
+
+def test_oracle_mistakes(world_dir, tiny_model_dir, retriever_url, tmp_path):
+    stats = write_demonstrations(_cfg(world_dir, tiny_model_dir, retriever_url, tmp_path),
+                                 str(tmp_path / "bad.jsonl"), limit=12, mistake_rate=1.0, progress=False)
+    assert stats["em"] < 0.5

@@ -1,0 +1,75 @@
+"""The plugin registry: names, module:attribute paths, entry points, and the example environment."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from areal_mem import plugins
+from areal_mem.config import load_config
+from areal_mem.data import read_tasks
+from rollout.workflows import build_context, build_workflow
+from rollout.workflows.memsearcher import MemSearcherWorkflow
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "custom_env")
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch):
+    monkeypatch.setattr(plugins, "_registry", {k: {} for k in plugins.KINDS})
+    monkeypatch.setattr(plugins, "_entry_points_loaded", False)
+
+
+def test_builtins_and_errors(fresh_registry):
+    assert plugins.resolve("workflow", "memsearcher") is MemSearcherWorkflow
+    assert plugins.resolve("workflow", "rollout.workflows.memsearcher:MemSearcherWorkflow") is MemSearcherWorkflow
+    with pytest.raises(plugins.PluginError, match="no workflow named 'memsercher'; available: memsearcher, react"):
+        plugins.resolve("workflow", "memsercher")
+    with pytest.raises(plugins.PluginError, match="cannot import module 'no_such_mod'"):
+        plugins.resolve("tool", "no_such_mod:x")
+    with pytest.raises(plugins.PluginError, match="has no attribute 'Nope'"):
+        plugins.resolve("reward", "rollout.rewards:Nope")
+
+
+def test_register_by_name(fresh_registry):
+    @plugins.register("workflow", "mine")
+    class Mine(MemSearcherWorkflow):
+        pass
+
+    assert plugins.resolve("workflow", "mine") is Mine and "mine" in plugins.available("workflow")
+
+
+def test_entry_points_register_the_example(fresh_registry, tmp_path, monkeypatch):
+    dist = tmp_path / "areal_mem_calculator_env-0.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: areal-mem-calculator-env\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[areal_mem.workflows]\ncalculator = calculator_env:CalculatorWorkflow\n"
+        "tool.calculator = calculator_env:make_tool\nreward.calculator = calculator_env:make_reward\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(EXAMPLE)
+    import calculator_env
+
+    assert plugins.resolve("workflow", "calculator") is calculator_env.CalculatorWorkflow
+    assert plugins.resolve("tool", "calculator") is calculator_env.make_tool
+    assert plugins.resolve("reward", "calculator") is calculator_env.make_reward
+
+
+def test_example_env_loaded_by_config(fresh_registry, scripted, tokenizer, monkeypatch):
+    monkeypatch.syspath_prepend(EXAMPLE)
+    cfg = load_config([os.path.join(EXAMPLE, "config.yaml")], ["model.path=unused"])
+    workflow = build_workflow(cfg.rollout.workflow)
+    tasks = read_tasks(os.path.join(EXAMPLE, "tasks.jsonl"))
+    gen = scripted([
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "4 * 17 * 23"}}</tool_call>',
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "__import__(\'os\')"}}</tool_call>',
+        "So \\boxed{1564}",
+    ])
+    ctx = build_context(cfg.rollout, workflow, gen, tokenizer, retriever=None)
+    assert set(ctx.tools) == {"calculator"} and ctx.tools["calculator"].precision == 4
+    traj = asyncio.run(workflow.run(tasks[0], ctx, "c0"))
+    seen = tokenizer.decode(gen.calls[2]["input_ids"], skip_special_tokens=False)
+    assert "\n1564\n</tool_response>" in seen
+    assert "Error: unsupported expression element Call\n</tool_response>" in seen
+    assert traj.reward == 1.0 and traj.info["num_turns"] == 3
