@@ -13,8 +13,8 @@ What is registered is a factory, so that each kind is built the same way:
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
-from typing import Any, Dict, Optional
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Dict
 
 ENTRY_POINT_GROUP = "areal_mem.workflows"
 KINDS = ("workflow", "tool", "reward")
@@ -29,6 +29,7 @@ _BUILTINS: Dict[str, Dict[str, str]] = {
     "reward": {"memsearcher": "rollout.rewards.answer_reward:from_config"},
 }
 _registry: Dict[str, Dict[str, Any]] = {kind: {} for kind in KINDS}
+_entry_points: Dict[str, Dict[str, EntryPoint]] = {kind: {} for kind in KINDS}
 _entry_points_loaded = False
 
 
@@ -69,6 +70,7 @@ def load_path(path: str) -> Any:
 
 
 def _load_entry_points() -> None:
+    """Index the installed entry points once; each is imported only when first resolved."""
     global _entry_points_loaded
     if _entry_points_loaded:
         return
@@ -76,21 +78,14 @@ def _load_entry_points() -> None:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         kind, _, name = ep.name.rpartition(".")
         kind = kind or "workflow"
-        if kind in KINDS and name not in _registry[kind]:
-            _registry[kind][name] = ep  # loaded on first use
-
-
-def reload_entry_points() -> None:
-    """Look at installed packages again (after installing a plugin in a running process)."""
-    global _entry_points_loaded
-    _entry_points_loaded = False
-    _load_entry_points()
+        if kind in KINDS:
+            _entry_points[kind][name] = ep
 
 
 def available(kind: str) -> list:
     _check_kind(kind)
     _load_entry_points()
-    return sorted(set(_BUILTINS.get(kind, {})) | set(_registry[kind]))
+    return sorted(set(_BUILTINS[kind]) | set(_registry[kind]) | set(_entry_points[kind]))
 
 
 def resolve(kind: str, name: str) -> Any:
@@ -98,12 +93,17 @@ def resolve(kind: str, name: str) -> Any:
     _check_kind(kind)
     if ":" in name:
         return load_path(name)
+    if name in _registry[kind]:
+        return _registry[kind][name]
     _load_entry_points()
-    found: Optional[Any] = _registry[kind].get(name)
-    if found is not None:
-        if hasattr(found, "load") and hasattr(found, "group"):  # an EntryPoint
-            found = _registry[kind][name] = found.load()
-        return found
+    if name in _entry_points[kind]:
+        ep = _entry_points[kind][name]
+        try:
+            obj = ep.load()
+        except (ImportError, AttributeError) as e:
+            raise PluginError(f"entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) "
+                              f"does not load: {e}") from None
+        return register(kind, name, obj)
     if name in _BUILTINS[kind]:
         return load_path(_BUILTINS[kind][name])
     raise PluginError(f"no {kind} named {name!r}; available: {', '.join(available(kind))} "

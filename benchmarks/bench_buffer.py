@@ -112,41 +112,69 @@ def service_get(buf: BufferProcess, n: int, batch: int) -> Tuple[float, float]:
     return get, ack
 
 
+def measure(named: List[Tuple[str, pa.Table]], writers: int, rounds: int, batch: int,
+            fsync: bool, tmp: str) -> dict:
+    """Seconds of each operation, service and raw alternating round by round so that
+    the load of a shared machine hits both sides alike."""
+    t = dict.fromkeys(("put", "get", "ack", "raw_write", "raw_read", "raw_read_disk"), 0.0)
+    raw_dir = os.path.join(tmp, f"raw{writers}")
+    os.makedirs(raw_dir)
+    overrides = [f"buffer.fsync={str(fsync).lower()}", "buffer.max_staleness=1000000",
+                 f"buffer.max_memory_groups={len(named)}"]
+    size = len(named) // rounds
+    chunks = [named[i * size:(i + 1) * size] for i in range(rounds)]
+    with BufferProcess(os.path.join(tmp, f"svc{writers}"), overrides=overrides) as buf:
+        for r, chunk in enumerate(tqdm(chunks, desc=f"{writers} writer(s)")):
+            service_first = r % 2 == 1
+            for side in ("service", "raw") if service_first else ("raw", "service"):
+                if side == "raw":
+                    t["raw_write"] += timed(lambda: in_threads(
+                        chunk, writers, lambda part: raw_write(part, raw_dir, fsync)))
+                else:
+                    t["put"] += timed(lambda: in_threads(
+                        chunk, writers, lambda part: service_put(buf, part)))
+            gids = [gid for gid, _ in chunk]
+            for side in ("service", "raw") if service_first else ("raw", "service"):
+                if side == "raw":
+                    t["raw_read"] += timed(lambda: raw_read(gids, raw_dir, batch))
+                else:
+                    get, ack = service_get(buf, len(chunk), batch)
+                    t["get"], t["ack"] = t["get"] + get, t["ack"] + ack
+            evict(gids, raw_dir)
+            t["raw_read_disk"] += timed(lambda: raw_read(gids, raw_dir, batch))
+    return t
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", type=int, default=256, help="groups per measurement")
+    parser.add_argument("--rounds", type=int, default=4, help="alternations of service and raw")
     parser.add_argument("--batch", type=int, default=8, help="groups per get")
     parser.add_argument("--no-fsync", action="store_true",
                         help="buffer.fsync=false and raw writes without fsync")
     args = parser.parse_args()
+    if args.groups % (args.rounds * args.batch):
+        parser.error("--groups must be a multiple of --rounds x --batch")
     fsync = not args.no_fsync
     rng = np.random.default_rng(0)
     named = [(f"g{i}", group_to_table(make_group(f"g{i}", rng)))
              for i in tqdm(range(args.groups), desc="building groups")]
-    gids = [gid for gid, _ in named]
     mb = sum(t.nbytes for _, t in named) / 1e6
-    rows = []  # (operation, threads, service seconds, raw seconds)
+    rows = []  # (operation, service seconds, raw seconds)
     with tempfile.TemporaryDirectory() as tmp:
-        for writers in tqdm((1, 8), desc="measuring"):
-            raw_dir = os.path.join(tmp, f"raw{writers}")
-            os.makedirs(raw_dir)
-            raw_w = timed(lambda: in_threads(named, writers,
-                                             lambda part: raw_write(part, raw_dir, fsync)))
-            raw_r = timed(lambda: raw_read(gids, raw_dir, args.batch))  # from the page cache
-            evict(gids, raw_dir)
-            raw_cold = timed(lambda: raw_read(gids, raw_dir, args.batch))
-            overrides = [f"buffer.fsync={str(fsync).lower()}", "buffer.max_staleness=1000000",
-                         f"buffer.max_memory_groups={args.groups}"]
-            with BufferProcess(os.path.join(tmp, f"svc{writers}"), overrides=overrides) as buf:
-                put = timed(lambda: in_threads(named, writers, lambda part: service_put(buf, part)))
-                get, ack = service_get(buf, args.groups, args.batch)
-            rows.append((f"put ({writers} writer{'s' if writers > 1 else ''})", put, raw_w))
+        for writers in (1, 8):
+            t = measure(named, writers, args.rounds, args.batch, fsync, tmp)
+            rows.append((f"put, {writers} writer{'s' if writers > 1 else ''} (raw: write"
+                         f"{'+fsync' if fsync else ''}, {writers} thread{'s' if writers > 1 else ''})",
+                         t["put"], t["raw_write"]))
             if writers == 1:
-                rows.append(("get (1 reader) vs raw read from page cache", get, raw_r))
-                rows.append(("get (1 reader) vs raw read from disk", get, raw_cold))
-                rows.append(("get + ack vs raw read from page cache", get + ack, raw_r))
+                rows.append(("get, 1 reader (raw: read from page cache)", t["get"], t["raw_read"]))
+                rows.append(("get, 1 reader (raw: read from disk)", t["get"], t["raw_read_disk"]))
+                rows.append(("get + ack (raw: read from page cache)", t["get"] + t["ack"],
+                             t["raw_read"]))
     print(f"\n{args.groups} groups of 5 x 4 x 2000 tokens, {mb / args.groups:.2f} MB each, "
-          f"get batches of {args.batch}, fsync={fsync}, {os.cpu_count()} CPUs")
+          f"get batches of {args.batch}, fsync={fsync}, {args.rounds} alternating rounds, "
+          f"{os.cpu_count()} CPUs")
     print("| operation | service MB/s | service groups/s | raw IPC MB/s | raw IPC groups/s "
           "| service time / raw time |")
     print("| --- | --- | --- | --- | --- | --- |")

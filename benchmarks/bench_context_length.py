@@ -152,7 +152,8 @@ def main() -> int:
         with start_retriever(index) as handle:
             lengths = asyncio.run(_measure(args, world, model, handle.url))
     rows = _table(lengths)
-    print(f"\ncontext tokens per turn, mean over {args.questions} questions ({args.turns} searches, then answer)")
+    print(f"\ncontext tokens per turn, mean over {args.questions} questions "
+          f"({args.turns} searches, then answer)")
     print("| turn | MemSearcher | ReAct | ReAct / MemSearcher |\n|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['turn']} | {r['memsearcher']:.0f} | {r['react']:.0f} | {r['react/memsearcher']:.2f} |")

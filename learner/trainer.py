@@ -51,6 +51,10 @@ class Trainer:
             if resumed is not None:  # the generators may hold newer or older weights
                 self.publisher.publish(self.state.version)
         if self.leader and self.buffer is not None:
+            # Batches a previous learner took but never acked would otherwise be lost.
+            requeued = self.buffer.requeue()
+            if requeued:
+                print(f"[learner] requeued {requeued} group(s) of unfinished batches", flush=True)
             self.buffer.set_version(self.state.version)
         return self.state
 

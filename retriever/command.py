@@ -82,6 +82,7 @@ def _build(args: argparse.Namespace) -> int:
     from areal_mem.config.retriever import FaissIndexType, IndexKind
 
     from .build import build_index
+    from .encoder import set_threads
 
     rc = _retriever_config(args)
     if args.kind:
@@ -94,6 +95,7 @@ def _build(args: argparse.Namespace) -> int:
         rc.chunk_size = args.chunk_size
     if args.split_title:
         rc.split_title = True
+    set_threads(rc.threads)
     m = build_index(args.corpus, args.out, rc.kind, rc, show_progress=not args.quiet)
     rate = m.count / m.build_seconds if m.build_seconds else float("nan")
     print(f"built {m.kind} index of {m.count} passages in {m.build_seconds:.1f}s "
@@ -104,6 +106,7 @@ def _build(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from areal_mem.security import check_bind
 
+    from .encoder import set_threads
     from .index import load_index
     from .server import serve
 
@@ -114,6 +117,7 @@ def _serve(args: argparse.Namespace) -> int:
             setattr(rc, key, getattr(args, flag))
     rc.token = rc.token or os.environ.get(TOKEN_ENV, "")
     check_bind("retriever", rc.host, rc.token)  # before the slow index load
+    set_threads(rc.threads)
     explicit_encoder = None
     if args.encoder or rc.encoder.path:
         rc.encoder.path = args.encoder or rc.encoder.path

@@ -73,9 +73,9 @@ class DenseIndexBuilder:
     def _train_and_flush(self) -> None:
         sample = np.concatenate(self._pending)
         self._pending = []
-        index = self._factory(self._spec(len(sample)))
-        index = _to_gpu(index, self.cfg)
-        index.train(sample[: self.cfg.train_size])
+        train = sample[: self.cfg.train_size]
+        index = _to_gpu(self._factory(self._spec(len(train))), self.cfg)
+        index.train(train)
         index.add(sample)
         self._index = index
 

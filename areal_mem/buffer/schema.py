@@ -122,10 +122,10 @@ def validate_group(table: pa.Table, group_id: str = "") -> str:
     """Check one group's table against the contract; return its group id.
 
     Refuses missing or mistyped columns, nulls, per-token lists whose lengths
-    disagree with `len(input_ids) - prompt_len`, mixed group ids (or one that is
-    not `group_id` when given), duplicate turns, a trajectory without exactly one
-    final context at its last turn, and rewards/start versions that vary inside
-    one trajectory.
+    disagree with `len(input_ids) - prompt_len`, a loss mask other than 0/1,
+    mixed group ids (or one that is not `group_id` when given), duplicate turns,
+    a trajectory without exactly one final context at its last turn, and
+    rewards/start versions that vary inside one trajectory.
     """
     if table.num_rows == 0:
         raise SchemaError("the group has no rows")
@@ -167,6 +167,9 @@ def validate_group(table: pa.Table, group_id: str = "") -> str:
             i = int(bad[0])
             raise SchemaError(f"row {i}: {name} has {lengths[i]} entries, expected "
                               f"len(input_ids) - prompt_len = {response[i]}")
+    mask = pc.list_flatten(table.column("loss_mask"))
+    if len(mask) and not pc.all(pc.is_in(mask, pa.array([0, 1], pa.int8()))).as_py():
+        raise SchemaError("loss_mask holds values other than 0 and 1")
     _check_trajectories(table)
     return gid
 

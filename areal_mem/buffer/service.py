@@ -75,8 +75,13 @@ class BufferService(flight.FlightServerBase):
                          "refused_invalid": 0, "refused_duplicate": 0,
                          "recovered_groups": len(rec.pending)}
         middleware = {"auth": _TokenAuth(token)} if token else {}
-        super().__init__(f"grpc://{host}:{port}", middleware=middleware)
-        self.url = f"grpc://{host}:{self.port}"
+        netloc = f"[{host}]" if ":" in host else host  # an IPv6 address
+        super().__init__(f"grpc://{netloc}:{port}", middleware=middleware)
+        self.url = f"grpc://{netloc}:{self.port}"
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self.store.close()
 
     # -- do_put ---------------------------------------------------------------
     def do_put(self, context, descriptor, reader, writer) -> None:
@@ -123,7 +128,7 @@ class BufferService(flight.FlightServerBase):
         body = _json_object(ticket.ticket, "do_get ticket")
         n = _get(body, "n", int, 0)
         request_id = _get(body, "request_id", str, "")
-        wait_s = min(float(_get(body, "wait_s", (int, float), 0.0)), MAX_WAIT_S)
+        wait_s = _wait_s(body)
         if n < 1 or not request_id:
             raise refuse("invalid", f"do_get ticket needs n >= 1 and a request_id; got {body}")
         entries, dropped = self._take(request_id, n, wait_s)
@@ -184,8 +189,7 @@ class BufferService(flight.FlightServerBase):
         yield flight.Result(json.dumps(result).encode())
 
     def _action_acquire(self, body: Dict[str, Any]) -> Dict[str, Any]:
-        deadline = time.monotonic() + min(float(_get(body, "wait_s", (int, float), 0.0)),
-                                          MAX_WAIT_S)
+        deadline = time.monotonic() + _wait_s(body)
         with self._cond:
             while True:
                 self._expire_slots()
@@ -306,6 +310,12 @@ def _json_object(raw: bytes, what: str) -> Dict[str, Any]:
     if not isinstance(body, dict):
         raise refuse("invalid", f"{what} must be a JSON object, got {type(body).__name__}")
     return body
+
+
+def _wait_s(body: Dict[str, Any]) -> float:
+    """The server-side wait a call asks for, within 0..MAX_WAIT_S (NaN counts as 0)."""
+    wait = float(_get(body, "wait_s", (int, float), 0.0))
+    return min(wait, MAX_WAIT_S) if wait > 0 else 0.0
 
 
 def _get(body: Dict[str, Any], key: str, typ, default):

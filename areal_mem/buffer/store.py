@@ -1,7 +1,11 @@
 """Durable storage of accepted groups: one Arrow IPC file per group plus a ledger.
 
-`groups/<seq>.arrow` is written to a temporary name, fsynced and renamed, so a
-file that exists is a whole accepted group. `ledger.jsonl` (append-only, fsynced)
+`groups/<seq>.arrow` is written and fsynced before the put is acknowledged; an
+IPC file is readable only once its footer (written last) is there, so recovery
+deletes the unreadable leftovers of a put that a crash cut short. The directory
+is not fsynced: on journaling file systems (ext4, xfs) the fsync of a new file
+commits its name too, and a second fsync per put would double the cost of a put
+on the disk. `ledger.jsonl` (append-only, fsynced)
 records what must survive a crash besides the files: acked and dropped group ids
 (so a retried put of a trained group is still refused) and the learner's version.
 Acked and dropped files are deleted once the ledger says so; recovery finishes
@@ -9,6 +13,7 @@ any deletion a crash interrupted.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -51,23 +56,32 @@ class GroupStore:
         self.groups_dir = os.path.join(root, "groups")
         self.ledger_path = os.path.join(root, "ledger.jsonl")
         os.makedirs(self.groups_dir, exist_ok=True)
+        # One service per run dir: two would both serve (and delete) the same groups.
+        # The kernel drops the lock when the process dies, SIGKILL included.
+        self._lock = open(os.path.join(root, "lock"), "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise ValueError(f"{root} is in use by another buffer service") from None
         # Deleting done files is off the ack's path; recovery finishes what a crash cut short.
         self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buffer-delete")
+
+    def close(self) -> None:
+        """Finish pending deletions and release the run dir."""
+        self._deleter.shutdown(wait=True)
+        self._lock.close()
 
     def write(self, seq: int, group_id: str, table: pa.Table) -> GroupEntry:
         """Store one validated group; it is on disk (fsynced when configured) on return."""
         path = os.path.join(self.groups_dir, f"{seq:012d}.arrow")
-        tmp = os.path.join(self.groups_dir, f".tmp-{seq:012d}.arrow")
         try:
-            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table)
             if self.fsync:
-                _fsync_path(tmp)
-            os.replace(tmp, path)
-            if self.fsync:
-                _fsync_path(self.groups_dir)
+                _fsync_path(path)
         except BaseException:
-            _unlink(tmp)
+            _unlink(path)
             raise
         return GroupEntry(seq, group_id, path, _start_version(table), table.num_rows,
                           table.nbytes)
@@ -90,26 +104,24 @@ class GroupStore:
         self._append({"version": version})
 
     def recover(self) -> Recovered:
-        """Rebuild the state from the run dir: finish deletions, drop torn temporaries."""
+        """Rebuild the state from the run dir: finish deletions, drop torn puts."""
         done, acked, version = self._read_ledger()
         max_seq = -1  # file names may be reused once acked files are gone; order is kept
         pending: List[GroupEntry] = []
         for name in sorted(os.listdir(self.groups_dir)):
             path = os.path.join(self.groups_dir, name)
-            if name.startswith(".tmp-"):
-                _unlink(path)  # a put that crashed before it was accepted
-                continue
             m = _GROUP_FILE.match(name)
             if not m:
                 continue
             seq = int(m.group(1))
-            max_seq = max(max_seq, seq)
             try:
                 with pa.memory_map(path) as source:
                     table = pa.ipc.open_file(source).read_all()
-            except (pa.ArrowInvalid, OSError) as e:
-                raise ValueError(f"{path}: unreadable group file (renamed only when complete, "
-                                 f"so the disk corrupted it): {e}") from None
+            except (pa.ArrowInvalid, OSError) as e:  # no footer: the put never returned
+                log.warning("%s: deleting a group file cut short by a crash (%s)", path, e)
+                _unlink(path)
+                continue
+            max_seq = max(max_seq, seq)
             gid = table.column("group_id")[0].as_py()
             if gid in done:
                 _unlink(path)  # the ledger says acked/dropped; the crash came before the delete

@@ -24,6 +24,7 @@ class GeneratorConfig:
     device: str = "auto"  # auto: cuda when present, else cpu
     dtype: str = "float32"  # float32 | bfloat16 | float16
     max_context_len: int = 0  # 0: the model's max_position_embeddings
+    torch_threads: int = 1  # CPU threads per embedded server; 0: torch's default (all cores)
     startup_timeout_s: float = 180.0  # launchers wait this long for /health
     # client
     server_cooldown_s: float = 5.0  # a failed server is skipped this long before it is tried again

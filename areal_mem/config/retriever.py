@@ -63,6 +63,7 @@ class RetrieverConfig:
     faiss: FaissConfig = field(default_factory=FaissConfig)
     bm25: BM25Config = field(default_factory=BM25Config)
     chunk_size: int = 10000  # passages read, encoded and added per chunk while building
+    threads: int = 0  # torch + faiss threads of build/serve; 0: library default (all cores)
     split_title: bool = False  # encode/index only the text of `"Title"\ntext` (title dropped)
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free port

@@ -16,6 +16,7 @@ class AnswerMetric(str, Enum):
 
 @dataclass
 class RolloutConfig:
+    data: str = ""  # training questions (FlashRAG jsonl or Search-R1 parquet); empty: the world's train split
     workflow: str = "memsearcher"  # registered name or module:attribute
     workflow_args: Dict[str, Any] = field(default_factory=dict)  # options of a plugin workflow
     tools: List[str] = field(default_factory=lambda: ["wikipedia_search"])  # names or module:attribute

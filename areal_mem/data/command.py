@@ -1,4 +1,4 @@
-"""`areal-mem data convert IN OUT` between FlashRAG jsonl and Search-R1 parquet; `areal-mem data demos` (oracle SFT rows)."""
+"""`areal-mem data`: `convert IN OUT` between FlashRAG jsonl and Search-R1 parquet; `demos` (oracle SFT rows)."""
 from __future__ import annotations
 
 import argparse
@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     demos.add_argument("--split", default="train", choices=["train", "dev", "test"], help="world split")
     demos.add_argument("--limit", type=int, default=0, help="first N questions (0: all)")
     demos.add_argument("--mistakes", type=float, default=0.1,
-                       help="share of oracle decisions that go wrong (wrong search, forgotten fact, wrong answer)")
+                       help="share of oracle decisions that go wrong "
+                            "(wrong search, forgotten fact, wrong answer)")
     demos.add_argument("--seed", type=int, default=0)
     demos.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -39,8 +40,14 @@ def run(args: argparse.Namespace) -> int:
 def _demos(args: argparse.Namespace) -> int:
     from rollout.oracle import write_demonstrations
 
-    stats = write_demonstrations(config_from_args(args), args.out, split=args.split, limit=args.limit,
-                                 mistake_rate=args.mistakes, seed=args.seed, progress=not args.quiet)
+    from . import DataError
+
+    try:
+        stats = write_demonstrations(config_from_args(args), args.out, split=args.split, limit=args.limit,
+                                     mistake_rate=args.mistakes, seed=args.seed, progress=not args.quiet)
+    except (DataError, FileNotFoundError, ValueError) as e:
+        print(f"areal-mem data demos: {e}", file=sys.stderr)
+        return 2
     print(f"wrote {stats['rows']} context rows for {stats['questions']} questions to {args.out} "
           f"(oracle EM {stats['em']:.3f}, mean reward {stats['reward']:.3f})")
     return 0

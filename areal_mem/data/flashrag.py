@@ -21,7 +21,7 @@ def task_from_record(record: Any, where: str, default_id: str) -> Task:
     golden = record.get("golden_answers")
     if isinstance(golden, str):
         golden = [golden]
-    if not isinstance(golden, list) or not golden or not all(isinstance(g, (str, int, float)) for g in golden):
+    if not (isinstance(golden, list) and golden and all(isinstance(g, (str, int, float)) for g in golden)):
         raise DataError(f"{where}: 'golden_answers' must be a non-empty list of strings")
     metadata = record.get("metadata") or {}
     if not isinstance(metadata, dict):

@@ -11,9 +11,11 @@ HELP = "evaluate a workflow (memsearcher | react | plugin) on a question file: E
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--data", metavar="FILE",
-                        help="FlashRAG jsonl or Search-R1 parquet (config: eval.data; default: the world's test split)")
+                        help="FlashRAG jsonl or Search-R1 parquet "
+                             "(config: eval.data; default: the world's test split)")
     parser.add_argument("--method", metavar="NAME",
-                        help="workflow: memsearcher | react | registered name | module:attribute (config: eval.method)")
+                        help="workflow: memsearcher | react | registered name | module:attribute "
+                             "(config: eval.method)")
     parser.add_argument("--limit", type=int, help="first N questions only (config: eval.limit)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -21,9 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
     import os
+    import sys
 
-    from .evaluate import run_eval
     from ..commands.config_args import config_from_args
+    from ..data import DataError
+    from ..plugins import PluginError
+    from .evaluate import run_eval
 
     overrides = list(args.overrides)
     for flag, key in ((args.data, "eval.data"), (args.method, "eval.method"), (args.limit, "eval.limit")):
@@ -31,7 +36,12 @@ def run(args: argparse.Namespace) -> int:
             overrides.append(f"{key}={flag}")
     args.overrides = overrides
     cfg = config_from_args(args)
-    summary, out_dir = run_eval(cfg, progress=not args.quiet)
+    try:
+        summary, out_dir = run_eval(cfg, progress=not args.quiet)
+    except (DataError, PluginError, FileNotFoundError) as e:
+        print(f"areal-mem eval: {e}", file=sys.stderr)
+        return 2
     print(json.dumps({k: summary[k] for k in ("method", "questions", "em", "f1", "acc", "mean_turns")}))
-    print(f"results in {os.path.join(out_dir, 'results.jsonl')}, summary in {os.path.join(out_dir, 'summary.json')}")
+    print(f"results in {os.path.join(out_dir, 'results.jsonl')}, "
+          f"summary in {os.path.join(out_dir, 'summary.json')}")
     return 0

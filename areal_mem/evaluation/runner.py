@@ -9,7 +9,7 @@ from typing import Any, Dict, List
 from tqdm import tqdm
 
 from areal_mem.data.task import Task
-from rollout.workflows.base import Workflow, WorkflowContext, turn_lengths
+from rollout.workflows.base import Workflow, WorkflowContext, run_episode, turn_lengths
 
 RECORD_KEYS = ("answer", "em", "f1", "acc", "num_turns", "tool_calls", "end_reason", "format_error")
 
@@ -23,7 +23,7 @@ async def evaluate(tasks: List[Task], workflow: Workflow, ctx: WorkflowContext, 
 
     async def one(i: int, task: Task) -> Dict[str, Any]:
         async with gate:
-            traj = await workflow.run(task, ctx, f"eval-{i}-{task.id}")
+            traj = await run_episode(workflow, task, ctx, f"eval-{i}-{task.id}")
         final = traj.contexts[-1] if traj.contexts else None
         response = ctx.tokenizer.decode(final.input_ids[final.prompt_len:], skip_special_tokens=False) \
             if final else ""

@@ -60,8 +60,9 @@ def _start_retriever(cfg, stack: contextlib.ExitStack) -> List[str]:
     if not os.path.exists(os.path.join(r.index_dir, MANIFEST)):
         corpus = os.path.join(cfg.world.dir, "corpus.jsonl")
         if not os.path.exists(corpus):
-            raise FileNotFoundError(f"no retriever.urls, no index in {r.index_dir} and no corpus at {corpus}: "
-                                    f"build the world (areal-mem world) or an index (areal-mem retriever build)")
+            raise FileNotFoundError(f"no retriever.urls, no index in {r.index_dir} and no corpus at "
+                                    f"{corpus}: build the world (areal-mem world) or an index "
+                                    f"(areal-mem retriever build)")
         build_index(corpus, r.index_dir, kind=r.kind, cfg=OmegaConf.to_object(r))
     handle = start_retriever(r.index_dir, host=r.host, port=r.port, token=r.token)
     stack.callback(handle.stop)

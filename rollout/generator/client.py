@@ -89,7 +89,8 @@ class GeneratorClient:
         self.on_request, self.on_response = on_request, on_response
         self._sticky: Dict[str, _Server] = {}
         self._rid_server: Dict[str, _Server] = {}
-        self._cancelled: set = set()
+        self._active: set = set()  # rids of this client's generate calls in progress
+        self._cancelled: set = set()  # ... of those, the ones abort_request ended on purpose
         self._session: Optional[aiohttp.ClientSession] = None
 
     # ---- plumbing ----
@@ -150,6 +151,15 @@ class GeneratorClient:
     async def generate(self, input_ids: List[int], sampling: SamplingParams,
                        rid: Optional[str] = None, sticky_key: Optional[str] = None) -> GenerationResult:
         rid = rid or uuid.uuid4().hex
+        self._active.add(rid)
+        try:
+            return await self._generate(input_ids, sampling, rid, sticky_key)
+        finally:
+            self._active.discard(rid)
+            self._cancelled.discard(rid)
+
+    async def _generate(self, input_ids: List[int], sampling: SamplingParams, rid: str,
+                        sticky_key: Optional[str]) -> GenerationResult:
         out_ids: List[int] = []
         logps: List[float] = []
         versions: List[int] = []
@@ -192,7 +202,6 @@ class GeneratorClient:
             if finish["type"] == "abort" and rid not in self._cancelled and len(out_ids) < sampling.max_new_tokens:
                 resumes += 1  # paused for a weight update: resend; the server holds it until continue
                 continue
-            self._cancelled.discard(rid)
             return GenerationResult(
                 output_ids=out_ids, logprobs=logps, versions=versions,
                 finish_reason="length" if finish["type"] == "abort" and len(out_ids) >= sampling.max_new_tokens else finish["type"],
@@ -228,7 +237,8 @@ class GeneratorClient:
 
     async def abort_request(self, rid: str) -> None:
         """Abort one request; its `generate` returns what it has (finish_reason "abort")."""
-        self._cancelled.add(rid)
+        if rid in self._active:
+            self._cancelled.add(rid)
         s = self._rid_server.get(rid)
         targets = [s] if s is not None else self.servers
         await asyncio.gather(*(self._call(t, "POST", "/abort_request", {"rid": rid}) for t in targets))
@@ -307,3 +317,10 @@ class GeneratorClient:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+
+def client_from_config(cfg, urls: Optional[Sequence[str]] = None, **hooks) -> GeneratorClient:
+    """A client for `urls` (default `cfg.urls`) with a `GeneratorConfig`'s timeouts and retries."""
+    return GeneratorClient(list(urls or cfg.urls), token=cfg.token, timeout_s=cfg.request_timeout_s,
+                           max_retries=cfg.max_retries, cooldown_s=cfg.server_cooldown_s,
+                           flush_retry_s=cfg.flush_retry_s, **hooks)

@@ -27,7 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=d.dtype, choices=["float32", "bfloat16", "float16"])
     p.add_argument("--max-context-len", type=int, default=d.max_context_len,
                    help="prompt + output limit; 0: the model's max_position_embeddings")
-    p.add_argument("--torch-threads", type=int, default=0, help="torch CPU threads; 0: torch's default")
+    p.add_argument("--weight-group-timeout", type=float, default=d.weight_group_timeout_s,
+                   help="seconds to wait for the weight-update group's rendezvous and broadcasts")
+    p.add_argument("--torch-threads", type=int, default=d.torch_threads,
+                   help="torch CPU threads; 0: torch's default, all cores (default %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
     server = build_server(args.model, args.max_batch_size, args.device, args.dtype,
-                          args.max_context_len, token)
+                          args.max_context_len, token, args.weight_group_timeout)
 
     async def main() -> None:
         task = asyncio.ensure_future(serve(server, args.host, args.port, args.port_file))

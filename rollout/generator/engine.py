@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import torch
-from transformers import DynamicCache
-
+from . import kv_cache
 from .sampling import SamplingSpec, sample
 
 log = logging.getLogger(__name__)
@@ -34,13 +33,14 @@ class Request:
     prompt_ids: List[int]
     spec: SamplingSpec
     on_done: Callable[["Request"], None]  # called once, from the engine thread
-    generator: torch.Generator = field(default_factory=torch.Generator)
+    generator: Optional[torch.Generator] = None  # set for a sampling_seed; None: the engine's stream
     output_ids: List[int] = field(default_factory=list)
     logprobs: List[float] = field(default_factory=list)
     spans: List[List] = field(default_factory=list)  # [version, start, end) over output tokens
     finish: Optional[dict] = None
     created: float = field(default_factory=time.monotonic)
     finished_at: float = 0.0
+    error: Optional[str] = None  # the engine failed on it (answered 500, not a normal abort)
 
     def complete(self, finish: Optional[dict] = None) -> None:
         if finish is not None:
@@ -49,12 +49,8 @@ class Request:
         self.on_done(self)
 
 
-def _pad_left(t: torch.Tensor, n: int, dim: int) -> torch.Tensor:
-    if n == 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = n
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
+def _pad_left(t: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.cat([t.new_zeros((t.shape[0], n)), t], dim=1) if n else t
 
 
 class Engine:
@@ -73,8 +69,10 @@ class Engine:
         self._paused = False
         self._stopping = False
         self._rows: List[Request] = []
-        self._keys: List[torch.Tensor] = []
-        self._values: List[torch.Tensor] = []
+        self._cache = None  # kv_cache.Cache of the rows, left-padded
+        self._num_layers = model.config.get_text_config().num_hidden_layers
+        self._rng = torch.Generator(device=self.device)  # for requests without a sampling_seed
+        self._rng.seed()
         self._mask = self._pos = self._last = None  # [B, L], [B], [B]
         self._thread = threading.Thread(target=self._loop, name="generator-engine", daemon=True)
 
@@ -121,7 +119,7 @@ class Engine:
                 self._abort_where(lambda r: True, "Abort by /pause_generation")
             elif mode == "retract":
                 rows = self._rows
-                self._set_rows([], None, None, None, None, None)
+                self._set_rows([], None, None, None, None)
                 with self._cv:
                     self._waiting.extendleft(reversed(rows))
             return n
@@ -189,18 +187,20 @@ class Engine:
                         if self._rows:
                             self._decode()
                     self.steps += 1
-                except Exception as e:  # keep serving: fail the batch, not the server
+                except Exception as e:  # keep serving: fail this step's requests, not the server
                     log.exception("engine step failed")
-                    self._abort_where(lambda r: True, f"engine error: {type(e).__name__}: {e}")
-                    for r in joiners:
-                        if r.finish is None:
-                            r.complete({"type": "abort", "message": f"engine error: {e}"})
+                    error = f"engine error: {type(e).__name__}: {e}"
+                    victims = self._rows + joiners  # joiners may be among the rows already
+                    self._set_rows([], None, None, None, None)
+                    for r in victims:
+                        if r.finished_at == 0.0:
+                            r.error = error
+                            r.complete({"type": "abort", "message": error})
 
-    def _forward(self, ids, mask, pos, keys, values):
-        cache = DynamicCache(ddp_cache_data=list(zip(keys, values))) if keys else DynamicCache()
+    def _forward(self, ids, mask, pos, cache):
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                          cache=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1], [l.keys for l in cache.layers], [l.values for l in cache.layers]
+        return out.logits[:, -1]
 
     def _prefill(self, joiners: List[Request]) -> None:
         seqs = [r.prompt_ids + r.output_ids for r in joiners]
@@ -211,29 +211,25 @@ class Engine:
             ids[i, width - len(s):] = torch.tensor(s, device=self.device)
             mask[i, width - len(s):] = 1
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, keys, values = self._forward(ids, mask, pos, [], [])
-        pad = (mask == 0)[:, None, :, None]  # zero the padding's K/V so no NaN can leak
-        keys = [k.masked_fill(pad, 0.0) for k in keys]
-        values = [v.masked_fill(pad, 0.0) for v in values]
+        cache = kv_cache.empty_cache(self._num_layers)
+        logits = self._forward(ids, mask, pos, cache)
+        kv_cache.zero_padding(cache, mask == 0)
         lens = torch.tensor([len(s) for s in seqs], device=self.device)
         tokens = self._sample_and_record(joiners, logits)
         if not self._rows:
-            self._set_rows(joiners, keys, values, mask, lens, tokens)
+            self._set_rows(joiners, cache, mask, lens, tokens)
         else:
             cur = self._mask.shape[1]
             a, b = max(0, width - cur), max(0, cur - width)
             self._set_rows(
-                self._rows + joiners,
-                [torch.cat([_pad_left(k0, a, 2), _pad_left(k1, b, 2)]) for k0, k1 in zip(self._keys, keys)],
-                [torch.cat([_pad_left(v0, a, 2), _pad_left(v1, b, 2)]) for v0, v1 in zip(self._values, values)],
-                torch.cat([_pad_left(self._mask, a, 1), _pad_left(mask, b, 1)]),
+                self._rows + joiners, kv_cache.merge(self._cache, cache, a, b),
+                torch.cat([_pad_left(self._mask, a), _pad_left(mask, b)]),
                 torch.cat([self._pos, lens]), torch.cat([self._last, tokens]))
         self._drop_finished()
 
     def _decode(self) -> None:
         mask = torch.cat([self._mask, torch.ones_like(self._mask[:, :1])], dim=1)
-        logits, self._keys, self._values = self._forward(
-            self._last.unsqueeze(1), mask, self._pos.unsqueeze(1), self._keys, self._values)
+        logits = self._forward(self._last.unsqueeze(1), mask, self._pos.unsqueeze(1), self._cache)
         self._mask, self._pos = mask, self._pos + 1
         self._last = self._sample_and_record(self._rows, logits)
         self._drop_finished()
@@ -241,7 +237,7 @@ class Engine:
     def _sample_and_record(self, rows: List[Request], logits: torch.Tensor) -> torch.Tensor:
         banned = [sorted((set() if r.spec.ignore_eos else self.eos_ids) | set(r.spec.stop_token_ids))
                   if len(r.output_ids) < r.spec.min_new_tokens else () for r in rows]
-        tokens, logps = sample(logits, [r.spec for r in rows], [r.generator for r in rows], banned)
+        tokens, logps = sample(logits, [r.spec for r in rows], [r.generator for r in rows], banned, self._rng)
         for r, t, lp in zip(rows, tokens.tolist(), logps.tolist()):
             n = len(r.output_ids)
             r.output_ids.append(t)
@@ -267,19 +263,18 @@ class Engine:
         return None
 
     # ---- batch bookkeeping (under the step lock) ----
-    def _set_rows(self, rows, keys, values, mask, pos, last) -> None:
-        self._rows, self._mask, self._pos, self._last = rows, mask, pos, last
-        self._keys, self._values = (keys or []), (values or [])
+    def _set_rows(self, rows, cache, mask, pos, last) -> None:
+        self._rows, self._cache, self._mask, self._pos, self._last = rows, cache, mask, pos, last
 
     def _keep_rows(self, keep: List[int]) -> None:
         if not keep:
-            self._set_rows([], None, None, None, None, None)
+            self._set_rows([], None, None, None, None)
             return
         idx = torch.tensor(keep, device=self.device)
         mask = self._mask[idx]
         trim = int(mask.argmax(dim=1).min())  # left padding that every row has
         self._set_rows([self._rows[i] for i in keep],
-                       [k[idx, :, trim:] for k in self._keys], [v[idx, :, trim:] for v in self._values],
+                       kv_cache.select_rows(self._cache, idx, trim),
                        mask[:, trim:], self._pos[idx], self._last[idx])
 
     def _drop_finished(self) -> None:

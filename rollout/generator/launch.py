@@ -100,7 +100,7 @@ def start_embedded_generator(model_path: str, host: str = "127.0.0.1", port: int
                              token: str = "", max_batch_size: int = 32, device: str = "cpu",
                              dtype: str = "float32", max_context_len: int = 0,
                              startup_timeout_s: float = 180.0, log_path: Optional[str] = None,
-                             torch_threads: int = 0) -> ServerHandle:
+                             torch_threads: int = 1, weight_group_timeout_s: float = 600.0) -> ServerHandle:
     """A real embedded server in a subprocess, healthy on return. port 0: the OS picks one."""
     check_bind("generator", host, token)
     fd, port_file = tempfile.mkstemp(prefix="generator-port-")
@@ -109,7 +109,8 @@ def start_embedded_generator(model_path: str, host: str = "127.0.0.1", port: int
     cmd = [sys.executable, "-m", "areal_mem.cli", "generator", "serve", "--model", model_path,
            "--host", host, "--port", str(port), "--port-file", port_file,
            "--max-batch-size", str(max_batch_size), "--device", device, "--dtype", dtype,
-           "--max-context-len", str(max_context_len), "--torch-threads", str(torch_threads)]
+           "--max-context-len", str(max_context_len), "--torch-threads", str(torch_threads),
+           "--weight-group-timeout", str(weight_group_timeout_s)]
     proc, log_path = _spawn(cmd, token, log_path)
     deadline = time.monotonic() + startup_timeout_s
     while not os.path.exists(port_file):
@@ -145,6 +146,25 @@ def start_sglang_servers(model_path: str, num_servers: int = 1, host: str = "127
             handles.append(ServerHandle(f"http://{host}:{p}", proc, log_path))
         for h in handles:
             wait_healthy(h, token, startup_timeout_s)
+    except BaseException:
+        for h in handles:
+            h.stop()
+        raise
+    return handles
+
+
+def start_generators(cfg, model_path: str) -> List[ServerHandle]:
+    """`cfg.num_servers` servers of `cfg.backend` (a `GeneratorConfig`), all healthy on return."""
+    if cfg.backend == "sglang":
+        return start_sglang_servers(model_path, cfg.num_servers, cfg.host, cfg.port, cfg.token,
+                                    list(cfg.sglang_args), cfg.startup_timeout_s)
+    handles: List[ServerHandle] = []
+    try:
+        for i in range(cfg.num_servers):
+            handles.append(start_embedded_generator(
+                model_path, cfg.host, cfg.port + i if cfg.port else 0, cfg.token, cfg.max_batch_size,
+                cfg.device, cfg.dtype, cfg.max_context_len, cfg.startup_timeout_s,
+                torch_threads=cfg.torch_threads, weight_group_timeout_s=cfg.weight_group_timeout_s))
     except BaseException:
         for h in handles:
             h.stop()

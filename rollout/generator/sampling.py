@@ -40,10 +40,13 @@ class SamplingSpec:
         return self.top_p < 1.0 or 1 < self.top_k < ALL_TOKENS or self.min_p > 0.0
 
 
-def sample(logits: torch.Tensor, specs: Sequence[SamplingSpec], generators: Sequence[torch.Generator],
-           banned: Sequence[Sequence[int]]) -> Tuple[torch.Tensor, torch.Tensor]:
+def sample(logits: torch.Tensor, specs: Sequence[SamplingSpec],
+           generators: Sequence[Optional[torch.Generator]], banned: Sequence[Sequence[int]],
+           shared: Optional[torch.Generator] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """One token per row of `logits` [B, V]; returns (tokens [B], log-probs [B]).
 
+    A row with its own generator (a sampling_seed) draws from it alone, so its tokens do not
+    depend on its batch; the other rows draw together from `shared`.
     `banned[i]` are token ids row i may not sample yet (eos / stop ids before min_new_tokens).
     """
     logits = logits.float()
@@ -60,8 +63,13 @@ def sample(logits: torch.Tensor, specs: Sequence[SamplingSpec], generators: Sequ
         trunc = [j for j, i in enumerate(rows) if specs[i].truncates]
         if trunc:
             probs[trunc] = _truncate(probs[trunc], [specs[rows[j]] for j in trunc])
-        for j, i in enumerate(rows):
-            tokens[i] = torch.multinomial(probs[j], 1, generator=generators[i])[0]
+        own = [j for j, i in enumerate(rows) if generators[i] is not None]
+        pooled = [j for j, i in enumerate(rows) if generators[i] is None]
+        for j in own:
+            tokens[rows[j]] = torch.multinomial(probs[j], 1, generator=generators[rows[j]])[0]
+        if pooled:
+            drawn = torch.multinomial(probs[pooled], 1, generator=shared)[:, 0]
+            tokens[[rows[j] for j in pooled]] = drawn
     return tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
 

@@ -51,8 +51,10 @@ def load_safetensors_dir(path: str) -> List[Tuple[str, torch.Tensor]]:
 
 
 class GeneratorServer:
-    def __init__(self, engine: Engine, meta: ModelMeta, tokenizer=None, token: str = ""):
+    def __init__(self, engine: Engine, meta: ModelMeta, tokenizer=None, token: str = "",
+                 group_timeout_s: float = 600.0):
         self.engine, self.meta, self.tokenizer, self.token = engine, meta, tokenizer, token
+        self.group_timeout_s = group_timeout_s
         self.groups: Dict[str, WeightGroup] = {}
 
     # ---- helpers ----
@@ -95,11 +97,10 @@ class GeneratorServer:
         def done(req: Request) -> None:
             loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(req))
 
-        gen = torch.Generator()
+        gen = None
         if p.spec.sampling_seed is not None:
+            gen = torch.Generator(device=self.engine.device)
             gen.manual_seed(p.spec.sampling_seed)
-        else:
-            gen.seed()
         req = Request(rid, p.input_ids, p.spec, done, generator=gen)
         self.engine.submit(req)
         try:
@@ -107,6 +108,8 @@ class GeneratorServer:
         except asyncio.CancelledError:  # the client went away: stop spending compute on it
             await asyncio.to_thread(self.engine.abort, rid, "client disconnected")
             raise
+        if req.error is not None:
+            return self._bad(req.error, 500)
         text = self._decode(req.output_ids, p.spec.skip_special_tokens)
         matched = (req.finish or {}).get("matched")
         if isinstance(matched, str) and not p.spec.no_stop_trim and matched in text:
@@ -202,7 +205,7 @@ class GeneratorServer:
             backend = b.get("backend") or ("nccl" if self.engine.device.type == "cuda" else "gloo")
             group = await asyncio.to_thread(
                 WeightGroup.join, b["master_address"], b["master_port"], b["world_size"],
-                b["rank_offset"], b["group_name"], backend)
+                b["rank_offset"], b["group_name"], backend, self.group_timeout_s)
         except (BadRequest, ValueError, RuntimeError) as e:
             return web.json_response({"success": False, "message": f"{type(e).__name__}: {e}"}, status=400)
         self.groups[b["group_name"]] = group
@@ -255,7 +258,7 @@ class GeneratorServer:
 
 
 def build_server(model_path: str, max_batch_size: int = 32, device: str = "auto", dtype: str = "float32",
-                 max_context_len: int = 0, token: str = "") -> GeneratorServer:
+                 max_context_len: int = 0, token: str = "", group_timeout_s: float = 600.0) -> GeneratorServer:
     """Load the model (and its tokenizer, if the folder has one) and start the engine."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -277,7 +280,7 @@ def build_server(model_path: str, max_batch_size: int = 32, device: str = "auto"
     decode = (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)) if tokenizer else None
     engine = Engine(model, eos, max_batch_size, ctx, decode).start()
     meta = ModelMeta(model_path, int(cfg.vocab_size), ctx)
-    return GeneratorServer(engine, meta, tokenizer, token)
+    return GeneratorServer(engine, meta, tokenizer, token, group_timeout_s)
 
 
 def _generation_config(path: str, cls):

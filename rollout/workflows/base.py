@@ -19,7 +19,7 @@ from rollout.rewards.answer_reward import format_error
 from rollout.rewards.metrics import exact_match, f1_score, substring_match
 from rollout.tools.base import Tool
 
-from .tokens import load_prompt
+from .tokens import packaged_prompt
 
 RewardFn = Callable[[str, Task], float]  # (final assistant message, task) -> reward
 
@@ -65,11 +65,22 @@ class Workflow(ABC):
 
     def template(self, ctx: WorkflowContext) -> str:
         """The prompt template of this episode: the configured one, else the workflow's default."""
-        return ctx.prompt_template or load_prompt("", self.default_prompt)
+        return ctx.prompt_template or packaged_prompt(self.default_prompt)
 
     @abstractmethod
     async def run(self, task: Task, ctx: WorkflowContext, traj_id: str) -> Trajectory:
         """Run one episode of `task`; never raises for model mistakes, only for broken services."""
+
+
+async def run_episode(workflow: Workflow, task: Task, ctx: WorkflowContext, traj_id: str) -> Trajectory:
+    """Run one episode, then drop the generator client's server affinity for it (its `forget`),
+    which would otherwise grow by one entry per trajectory for the whole run."""
+    try:
+        return await workflow.run(task, ctx, traj_id)
+    finally:
+        forget = getattr(ctx.generator, "forget", None)
+        if forget is not None:
+            forget(traj_id)
 
 
 def record_turn_lengths(traj: Trajectory, lengths: List[int]) -> None:

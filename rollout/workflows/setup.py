@@ -1,14 +1,16 @@
 """Build a workflow and its `WorkflowContext` from the rollout config (used by the worker and eval)."""
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Optional
 
 from areal_mem import plugins
+from areal_mem.config import ConfigError
 from rollout.generator.types import SamplingParams
 from rollout.tools.base import Tool, ToolBuild
 
 from .base import Generator, Limits, RewardFn, Workflow, WorkflowContext
-from .tokens import load_prompt
+from .tokens import packaged_prompt
 
 
 def build_workflow(name: str) -> Workflow:
@@ -37,12 +39,15 @@ def build_reward(rollout: Any) -> RewardFn:
 def prompt_template(rollout: Any, workflow: Workflow) -> str:
     """`rollout.prompt_file`, else the packaged template of the workflow's `prompt_style`, else ''."""
     if rollout.prompt_file:
-        return load_prompt(rollout.prompt_file, "")
+        if not os.path.isfile(rollout.prompt_file):
+            raise ConfigError(f"rollout.prompt_file {rollout.prompt_file!r} does not exist")
+        with open(rollout.prompt_file, encoding="utf-8") as f:
+            return f.read()
     default = getattr(workflow, "default_prompt", "")
     style = getattr(rollout.prompt_style, "value", rollout.prompt_style)
     if not default or style == "released":
         return ""
-    return load_prompt("", default.replace(".txt", f"_{style}.txt"))
+    return packaged_prompt(default.replace(".txt", f"_{style}.txt"))
 
 
 def build_context(rollout: Any, workflow: Workflow, generator: Generator, tokenizer: Any,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-import os
+from importlib import resources
 from typing import Any, List, Optional, Tuple
 
 from areal_mem.trajectory import Context
@@ -10,15 +10,11 @@ from rollout.generator.types import GenerationResult
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 ASSISTANT_HEADER = IM_START + "assistant\n"
-PROMPTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                           "areal_mem", "prompts")
 
 
-def load_prompt(path: str, default_name: str) -> str:
-    """The template in `path`, or the packaged `areal_mem/prompts/<default_name>` when empty."""
-    path = path or os.path.join(PROMPTS_DIR, default_name)
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+def packaged_prompt(name: str) -> str:
+    """A template shipped in `areal_mem/prompts/`."""
+    return resources.files("areal_mem").joinpath("prompts", name).read_text(encoding="utf-8")
 
 
 def render_prompt(template: str, **values: str) -> str:
@@ -46,7 +42,8 @@ def stop_token_ids(tokenizer: Any) -> List[int]:
     ids = [tokenizer.convert_tokens_to_ids(t) for t in (IM_END, IM_START)]
     missing = [t for t, i in zip((IM_END, IM_START), ids) if i is None or i == tokenizer.unk_token_id]
     if missing:
-        raise ValueError(f"the tokenizer has no special token(s) {missing}; the workflows need Qwen chat markup")
+        raise ValueError(f"the tokenizer has no special token(s) {missing}; "
+                         f"the workflows need Qwen chat markup")
     return ids
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from areal_mem.buffer.schema import (CONTEXT_SCHEMA, SchemaError, concat_groups, group_to_table,
                                      table_to_groups, validate_group)
+from areal_mem.trajectory import Context, Group, Trajectory
 
 from .conftest import make_group
 
@@ -60,6 +63,11 @@ def _replace(table: pa.Table, name: str, array) -> pa.Table:
      "'traj_id' has 1 null"),
     (lambda t: t.append_column("nested", pa.array([[1]] * 6)), "extra column 'nested'"),
     (lambda t: t.slice(0, 0), "no rows"),
+    (lambda t: _replace(t, "loss_mask", pc.list_slice(t.column("loss_mask"), 0, 0)),
+     "row 0: loss_mask has 0 entries"),
+    (lambda t: _replace(t, "loss_mask", pa.array(
+        [[2] * n for n in pc.list_value_length(t.column("loss_mask")).to_pylist()],
+        pa.list_(pa.int8()))), "loss_mask holds values other than 0 and 1"),
 ])
 def test_invalid_tables_are_refused_with_the_reason(mutate, message):
     table = group_to_table(make_group("g", n_traj=3, n_ctx=2))
@@ -73,3 +81,33 @@ def test_validate_checks_the_named_group_id():
     table = group_to_table(make_group("g"))
     with pytest.raises(SchemaError, match="rows carry group_id 'g' but the put names 'x'"):
         validate_group(table, "x")
+
+
+@st.composite
+def groups(draw):
+    """Random groups: any lengths (empty responses included), float32 log-probs, info scalars."""
+    n_traj = draw(st.integers(1, 3))
+    trajs = []
+    for t in range(n_traj):
+        contexts = []
+        for _ in range(draw(st.integers(1, 3))):
+            prompt = draw(st.integers(0, 6))
+            resp = draw(st.integers(0, 6))
+            contexts.append(Context(
+                input_ids=draw(st.lists(st.integers(0, 2**31 - 1), min_size=prompt + resp,
+                                        max_size=prompt + resp)),
+                prompt_len=prompt,
+                loss_mask=draw(st.lists(st.integers(0, 1), min_size=resp, max_size=resp)),
+                behav_logp=draw(st.lists(st.floats(-50, 0, width=32), min_size=resp,
+                                         max_size=resp)),
+                versions=draw(st.lists(st.integers(-1, 100), min_size=resp, max_size=resp))))
+        trajs.append(Trajectory(f"t{t}", contexts, reward=draw(st.floats(0, 1, width=32)),
+                                start_version=draw(st.integers(0, 100)),
+                                info={"answer": draw(st.text(max_size=5)), "turns": len(contexts)}))
+    return Group(draw(st.text(min_size=1, max_size=8)), trajs)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(groups())
+def test_any_group_round_trips_exactly(group):
+    assert table_to_groups(group_to_table(group)) == [group]

@@ -48,7 +48,7 @@ def test_capacity_rule_through_the_service(serve):
     client.ack(client.get_batch(2, timeout_s=5).batch_id)  # the learner trains, then pushes
     assert client.set_version(1) == {"version": 1, "dropped_stale": 0}
     assert client.stats()["capacity"] == 2
-    assert client.acquire() != ""
+    assert client.acquire_slot()[1] == 1  # the version a new group starts at
 
 
 def test_capacity_with_eta_two_and_max_running(serve):
@@ -147,6 +147,8 @@ def test_bad_requests_get_clear_errors_and_the_service_stays_up(serve):
     with pytest.raises(flight.FlightServerError, match="needs n >= 1"):
         raw.do_get(flight.Ticket(json.dumps({"n": 0, "request_id": "r"}).encode())).read_all()
     assert client.stats()["groups_put"] == 0
+    assert [a.type for a in raw.list_actions()] == ["acquire", "release", "set_version", "ack",
+                                                    "requeue", "stats"]
 
 
 def test_retried_request_gets_the_same_batch_and_requeue(serve):
@@ -209,10 +211,10 @@ def test_crash_after_puts_and_an_unacked_get_loses_nothing(serve, tmp_path):
 
 def test_concurrent_writers_each_group_once(serve):
     buf = serve()
+    client = buf.client()  # one client shared by all threads, as in a rollout worker
     results = []
 
     def writer(w: int) -> None:
-        client = buf.client()
         for i in range(6):
             g = make_group(f"w{w}-{i % 4}", seed=w)  # ids 4 and 5 repeat 0 and 1
             results.append((g.group_id, client.put_group(g)))
@@ -247,3 +249,11 @@ def test_serve_command_refuses_a_public_bind_without_token(tmp_path):
                                            if k != "AREAL_MEM_BUFFER_TOKEN"})
     assert done.returncode == 2
     assert "refusing to bind '0.0.0.0' without a shared token" in done.stderr
+
+
+def test_client_gives_up_after_bounded_retries():
+    from areal_mem.buffer import BufferClient
+
+    client = BufferClient(f"grpc://127.0.0.1:{free_port()}", max_retries=2, backoff_s=0.01)
+    with pytest.raises(ConnectionError, match="unreachable after 3 attempts"):
+        client.stats()

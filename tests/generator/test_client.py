@@ -7,13 +7,15 @@ from collections import Counter
 import pytest
 
 from rollout.generator.client import GeneratorClient, GeneratorUnavailable, token_versions
-from rollout.generator.launch import start_embedded_generator
+from areal_mem.config.generator import GeneratorConfig
+from rollout.generator.launch import start_generators, start_sglang_servers
 from rollout.generator.types import SamplingParams
 
 
 @pytest.fixture
 def two_servers(tiny_model_dir):
-    hs = [start_embedded_generator(tiny_model_dir, max_batch_size=16, torch_threads=1) for _ in range(2)]
+    cfg = GeneratorConfig(num_servers=2, max_batch_size=16)
+    hs = start_generators(cfg, tiny_model_dir)
     yield hs
     for s in hs:
         s.stop()
@@ -53,3 +55,10 @@ def test_token_versions_from_spans():
     spans = [{"version": "1", "start": 0, "end": 2}, {"version": "2", "start": 2, "end": 5}]
     assert token_versions({"weight_version": "2", "weight_versions": spans}, 5) == [1, 1, 2, 2, 2]
     assert token_versions({"weight_version": "default"}, 1) == [0]
+
+
+def test_sglang_launcher_reports_a_server_that_cannot_start(tmp_path):
+    """The GPU path's helper: a server that dies at start-up is reported with its log."""
+    with pytest.raises(RuntimeError, match="generator exited with code") as e:
+        start_sglang_servers(str(tmp_path), startup_timeout_s=120)
+    assert "log" in str(e.value)

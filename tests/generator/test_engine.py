@@ -108,3 +108,17 @@ def test_context_limit_and_weight_checks(ref_model, h):
         assert e.version == "0"
     finally:
         e.stop()
+
+
+def test_a_failing_step_fails_its_requests_not_the_engine(ref_model):
+    e = Engine(ref_model, eos_ids=[2], max_batch_size=4, max_context_len=4096).start()
+    try:
+        col = Collector(1)
+        e.submit(Request("bad", [5, 10 ** 7], SamplingSpec(max_new_tokens=3), col))  # not in the vocabulary
+        assert col.event.wait(30)
+        assert col.done["bad"].error.startswith("engine error: IndexError")
+        col = Collector(1)
+        e.submit(Request("good", [5, 6], SamplingSpec(max_new_tokens=3, ignore_eos=True), col))
+        assert col.event.wait(30) and len(col.done["good"].output_ids) == 3
+    finally:
+        e.stop()

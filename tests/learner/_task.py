@@ -23,13 +23,10 @@ class Producer(threading.Thread):
         self.group_size, self.mod = group_size, mod
         self.stopping = threading.Event()
         self.groups_put = 0
-        self.error = None
+        self.errors = []  # failed groups (a learner killed mid-push may fail a request)
 
     def run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as e:  # reported by the test
-            self.error = e
+        asyncio.run(self._main())
 
     async def _group(self, client: GeneratorClient) -> Group:
         params = SamplingParams(max_new_tokens=1, temperature=1.0, top_p=1.0)
@@ -49,7 +46,12 @@ class Producer(threading.Thread):
                 slot = await asyncio.to_thread(buffer.acquire, 0.5)
                 if not slot:
                     continue
-                group = await self._group(client)
+                try:
+                    group = await self._group(client)
+                except Exception as e:
+                    self.errors.append(repr(e))
+                    await asyncio.to_thread(buffer.release, slot)
+                    continue
                 await asyncio.to_thread(buffer.put_group, group, slot)
                 self.groups_put += 1
         buffer.close()

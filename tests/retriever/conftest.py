@@ -8,7 +8,21 @@ import pytest
 
 from retriever.build import build_index
 from retriever.corpus import split_title
+from retriever.encoder import set_threads
 from retriever.launch import start_retriever
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """torch/faiss at one thread here: on the shared 2-core CI host, more threads run 10x slower."""
+    import faiss
+    import torch
+
+    before = torch.get_num_threads(), faiss.omp_get_max_threads()
+    set_threads(1)
+    yield
+    torch.set_num_threads(before[0])
+    faiss.omp_set_num_threads(before[1])
 
 
 @pytest.fixture(scope="session")
@@ -42,11 +56,11 @@ def bm25_dir(corpus_path, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def dense_server(dense_dir):
-    with start_retriever(dense_dir, overrides=["retriever.batch_window_ms=20"]) as handle:
+    with start_retriever(dense_dir, overrides=["retriever.batch_window_ms=20", "retriever.threads=1"]) as handle:
         yield handle
 
 
 @pytest.fixture(scope="session")
 def bm25_server(bm25_dir):
-    with start_retriever(bm25_dir) as handle:
+    with start_retriever(bm25_dir, overrides=["retriever.threads=1"]) as handle:
         yield handle

@@ -7,7 +7,7 @@ from safetensors.torch import load_file, save_file
 
 from areal_mem.config.retriever import EncoderConfig, FaissIndexType, Pooling, RetrieverConfig
 from retriever.build import build_index
-from retriever.corpus import corpus_checksum
+from retriever.corpus import CorpusReader, corpus_checksum
 from retriever.encoder import default_encoder_path
 from retriever.index import load_index
 from retriever.manifest import IndexMismatchError, Manifest
@@ -70,16 +70,18 @@ def test_changed_weights_at_the_encoder_path_are_refused(corpus_path, tmp_path):
 
 
 @pytest.mark.parametrize("ftype", [FaissIndexType.hnsw, FaissIndexType.ivfpq])
-def test_approximate_faiss_types_find_title_passages(ftype, corpus_path, title_queries, tmp_path):
-    cfg = RetrieverConfig(chunk_size=128)
+def test_approximate_faiss_types_find_title_passages(ftype, corpus_path, tmp_path):
+    corpus = _head(corpus_path, tmp_path / "head.jsonl", 120)
+    queries = [(p.title, p.id) for p in list(CorpusReader(corpus))[::3]]
+    cfg = RetrieverConfig(chunk_size=64)
     cfg.faiss.type = ftype
-    cfg.faiss.pq_m, cfg.faiss.pq_nbits, cfg.faiss.train_size = 16, 4, 256  # small: trains in seconds
-    m = build_index(corpus_path, str(tmp_path / "idx"), "dense", cfg, show_progress=False)
-    assert m.index["type"] == ftype.value and m.index["ntotal"] == m.count
+    cfg.faiss.pq_m, cfg.faiss.pq_nbits, cfg.faiss.train_size = 16, 4, 80  # small: trains in seconds
+    m = build_index(corpus, str(tmp_path / "idx"), "dense", cfg, show_progress=False)
+    assert m.index["type"] == ftype.value and m.index["ntotal"] == m.count == 120
     if ftype == FaissIndexType.ivfpq:
-        assert m.index["factory"].endswith(",PQ16x4")
+        assert m.index["factory"] == "IVF2,PQ16x4"  # nlist = 80 training vectors // 39
     index = load_index(str(tmp_path / "idx"), faiss=cfg.faiss)
-    assert _recall_at_5(index, title_queries) >= 0.8
+    assert _recall_at_5(index, queries) >= 0.8
 
 
 def test_interrupted_build_leaves_no_loadable_index(tmp_path, corpus_path):

@@ -28,6 +28,10 @@ class ScriptedGenerator:
         self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.calls: List[dict] = []
         self.results: List[GenerationResult] = []
+        self.forgotten: List[str] = []
+
+    def forget(self, sticky_key: str) -> None:
+        self.forgotten.append(sticky_key)
 
     async def generate(self, input_ids: List[int], sampling: SamplingParams, rid: Optional[str] = None,
                        sticky_key: Optional[str] = None) -> GenerationResult:

@@ -33,3 +33,13 @@ def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, c
         assert first["max"] == max(r["context_tokens"][0] for r in records)
         assert sum(summary["end_reasons"].values()) == 20
     assert '"method": "react", "questions": 20' in capsys.readouterr().out
+
+
+def test_eval_bad_method_and_data_fail_cleanly(world_dir, tiny_model_dir, tmp_path, capsys):
+    base = [f"model.path={tiny_model_dir}", f"world.dir={world_dir}", f"run_dir={tmp_path}"]
+    assert main(["eval", "--method", "memsercher", "--data", f"{world_dir}/dev.jsonl"] + base) == 2
+    assert "no workflow named 'memsercher'; available: memsearcher, react" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "question": "q?"}\n')
+    assert main(["eval", "--data", str(bad)] + base) == 2
+    assert f"{bad}:1: 'golden_answers' must be a non-empty list" in capsys.readouterr().err

@@ -6,10 +6,10 @@ import asyncio
 from areal_mem.buffer.schema import group_to_table
 from areal_mem.trajectory import Group
 from rollout.workflows.memsearcher import MemSearcherWorkflow
-from rollout.workflows.base import turn_lengths
-from rollout.workflows.tokens import load_prompt
+from rollout.workflows.base import run_episode, turn_lengths
+from rollout.workflows.tokens import packaged_prompt
 
-PROMPT = load_prompt("", "memsearcher.txt")
+PROMPT = packaged_prompt("memsearcher.txt")
 SEARCH = ('I should look it up. </think>\n<tool_call>\n{"name": "wikipedia_search", "arguments": '
           '{"query": "The Crimson Mirror"}}\n</tool_call>')
 CALL_RAW = '{"name": "wikipedia_search", "arguments": {"query": "The Crimson Mirror"}}'
@@ -159,3 +159,9 @@ def test_prompt_template_is_configurable(tokenizer, scripted, make_ctx, task):
     assert gen.calls[0]["input_ids"] == enc(tokenizer, template.replace("{question}", task.question)
                                             .replace("{memory}", ""))
     assert traj.reward == 1.0  # no <think> prefix in this template: none needed in the answer
+
+
+def test_run_episode_releases_server_affinity(scripted, make_ctx, task):
+    gen = scripted([ANSWER])
+    traj = asyncio.run(run_episode(MemSearcherWorkflow(), task, make_ctx(gen), "t9"))
+    assert traj.reward == 1.0 and gen.forgotten == ["t9"]

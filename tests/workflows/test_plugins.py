@@ -18,13 +18,16 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "custo
 @pytest.fixture
 def fresh_registry(monkeypatch):
     monkeypatch.setattr(plugins, "_registry", {k: {} for k in plugins.KINDS})
+    monkeypatch.setattr(plugins, "_entry_points", {k: {} for k in plugins.KINDS})
     monkeypatch.setattr(plugins, "_entry_points_loaded", False)
 
 
 def test_builtins_and_errors(fresh_registry):
     assert plugins.resolve("workflow", "memsearcher") is MemSearcherWorkflow
-    assert plugins.resolve("workflow", "rollout.workflows.memsearcher:MemSearcherWorkflow") is MemSearcherWorkflow
-    with pytest.raises(plugins.PluginError, match="no workflow named 'memsercher'; available: memsearcher, react"):
+    path = "rollout.workflows.memsearcher:MemSearcherWorkflow"
+    assert plugins.resolve("workflow", path) is MemSearcherWorkflow
+    expected = "no workflow named 'memsercher'; available: memsearcher, react"
+    with pytest.raises(plugins.PluginError, match=expected):
         plugins.resolve("workflow", "memsercher")
     with pytest.raises(plugins.PluginError, match="cannot import module 'no_such_mod'"):
         plugins.resolve("tool", "no_such_mod:x")

@@ -5,7 +5,7 @@ import asyncio
 
 from rollout.workflows.react import ReActWorkflow
 from rollout.workflows.base import turn_lengths
-from rollout.workflows.tokens import load_prompt
+from rollout.workflows.tokens import packaged_prompt
 
 SEARCH = ('Look it up. </think>\n<tool_call>\n{"name": "wikipedia_search", "arguments": '
           '{"query": "The Crimson Mirror", "top_n": 50}}\n</tool_call>')
@@ -18,7 +18,7 @@ def test_react_search_then_answer(tokenizer, scripted, make_ctx, task, retriever
     gen = scripted([SEARCH, ANSWER])
     traj = asyncio.run(ReActWorkflow().run(task, make_ctx(gen), "r0"))
     enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
-    p = enc(load_prompt("", "react.txt").replace("{question}", task.question))
+    p = enc(packaged_prompt("react.txt").replace("{question}", task.question))
     a1, a2 = (r.output_ids for r in gen.results)
     injected = enc("\n<|im_start|>user\n<tool_response>" + CALL_RAW + "\n" + DOC
                    + "\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\n<think>")

@@ -1,4 +1,5 @@
-"""One scripted trajectory through the real GeneratorClient against a scripted SGLang-shaped server."""
+"""One scripted trajectory through the real GeneratorClient against a scripted server speaking
+SGLang's /generate, with both directions checked against SGLang's published schema."""
 from __future__ import annotations
 
 import asyncio
@@ -7,18 +8,16 @@ from aiohttp import web
 
 from areal_mem.data.task import Task
 from rollout.generator.client import GeneratorClient
+from rollout.generator.sglang_schema import load_sglang_api_types
 from rollout.workflows.memsearcher import MemSearcherWorkflow
 
-SGLANG_SAMPLING_KEYS = {"max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
-                        "min_new_tokens", "ignore_eos", "skip_special_tokens", "no_stop_trim", "n",
-                        "sampling_seed"}
 REPLIES = ['I will search. </think>\n<tool_call>\n{"name": "wikipedia_search", "arguments": '
            '{"query": "The Crimson Mirror"}}\n</tool_call>',
            "<memory> The Crimson Mirror appeared in 1849. </memory>",
            "</think> \\boxed{1849}"]
 
 
-async def _episode(tokenizer, make_ctx, task):
+async def _episode(tokenizer, make_ctx, task, api):
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     replies = [tokenizer.encode(r, add_special_tokens=False) + [im_end] for r in REPLIES]
     requests = []
@@ -26,9 +25,10 @@ async def _episode(tokenizer, make_ctx, task):
     async def generate(request: web.Request) -> web.Response:
         body = await request.json()
         requests.append(body)
-        params = body["sampling_params"]
-        if ("text" in body) == ("input_ids" in body) or set(params) - SGLANG_SAMPLING_KEYS:
-            return web.json_response({"error": {"message": "bad request"}}, status=400)
+        try:  # what SGLang's server would refuse with HTTP 400
+            api.GenerateRequest.from_json_value(body)
+        except Exception as e:
+            return web.json_response({"error": {"message": str(e)}}, status=400)
         ids = replies[len(requests) - 1]
         logprobs = [[-0.5 - i / 100, t, None] for i, t in enumerate(ids)]
         return web.json_response({
@@ -46,7 +46,8 @@ async def _episode(tokenizer, make_ctx, task):
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     try:
-        async with GeneratorClient([f"http://127.0.0.1:{port}"]) as client:
+        check = lambda route, body: api.GenerateResponse.from_json_value(body)  # noqa: E731
+        async with GeneratorClient([f"http://127.0.0.1:{port}"], on_response=check) as client:
             traj = await MemSearcherWorkflow().run(task, make_ctx(client), "real-0")
     finally:
         await runner.cleanup()
@@ -54,8 +55,9 @@ async def _episode(tokenizer, make_ctx, task):
 
 
 def test_trajectory_through_real_client(tokenizer, make_ctx):
+    api = load_sglang_api_types()  # SGLang's own schema checks both directions
     task = Task("q", "In what year did The Crimson Mirror appear?", ["1849"])
-    traj, requests, replies = asyncio.run(_episode(tokenizer, make_ctx, task))
+    traj, requests, replies = asyncio.run(_episode(tokenizer, make_ctx, task, api))
     assert len(requests) == 3 and traj.reward == 1.0
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import aiohttp
+
+from areal_mem.net import free_port
 
 from rollout.tools.calls import find_tool_calls, tags_balanced
 from rollout.tools.execute import execute_calls
@@ -34,9 +37,13 @@ def test_tags_balanced():
     assert not tags_balanced("<think>", "<think>", "</think>")
 
 
-def _run(tool, *argument_sets, timeout_s=5.0):
+def _run_async(tool, *argument_sets, timeout_s=5.0):
     calls = [find_tool_calls(f"<tool_call>{a}</tool_call>")[0] for a in argument_sets]
-    return asyncio.run(execute_calls(calls, {tool.name: tool}, timeout_s))
+    return execute_calls(calls, {tool.name: tool}, timeout_s)
+
+
+def _run(tool, *argument_sets, timeout_s=5.0):
+    return asyncio.run(_run_async(tool, *argument_sets, timeout_s=timeout_s))
 
 
 def test_search_tool_formats_and_errors(retriever):
@@ -63,3 +70,20 @@ def test_backend_http_error_and_timeout(retriever):
     retriever.fail, retriever.delay_s = None, 1.0
     assert _run(WikipediaSearchTool(retriever), call, timeout_s=0.05) == [
         "Error: the wikipedia_search call timed out after 0.05 s."]
+
+
+def test_search_tool_over_real_retriever(retriever_url, world_dir):
+    from retriever.client import RetrieverClient
+
+    with open(f"{world_dir}/corpus.jsonl") as f:
+        title = json.loads(f.readline())["contents"].split("\n")[0].strip('"')
+    call = json.dumps({"name": "wikipedia_search", "arguments": {"query": title, "top_n": 3}})
+
+    async def go(url):
+        async with RetrieverClient(url, max_retries=0, timeout_s=5) as client:
+            return await _run_async(WikipediaSearchTool(client), call)
+
+    (found,) = asyncio.run(go(retriever_url))
+    assert found.startswith(f'"{title}"\n') and found.count('\n"') == 2  # three documents
+    (failed,) = asyncio.run(go(f"http://127.0.0.1:{free_port()}"))
+    assert failed == "Error: the wikipedia_search call failed (RetrieverError)."

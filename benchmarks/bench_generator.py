@@ -1,0 +1,170 @@
+"""Embedded generator throughput against sequential `model.generate`, and weight-push times.
+
+Throughput: the tiny debug model (`areal-mem init-model` defaults) answers 32 concurrent
+requests (prompts of 48 tokens, 128 sampled tokens each, eos ignored) through the real
+server (a subprocess on 127.0.0.1, continuous batching); the same model answers the same
+prompts one after another with `model.generate` in this process, in the same run, with the
+same number of torch threads (--threads, default 1). The ratio is server tokens/s over sequential tokens/s (target
+>= 4).
+
+Weight push: the learner's side of a distributed push (rank 0 of a gloo group: announce
+each bucket with /update_weights_from_distributed, broadcast it, wait for the answer) of
+every parameter, in 512 MiB buckets, into a running server; and the disk path (save an HF
+safetensors checkpoint + /update_weights_from_disk) for comparison. For the tiny model and
+a ~100M-parameter Qwen2 built locally (random weights, no tokenizer needed). Median of 3.
+
+    .venv/bin/python benchmarks/bench_generator.py [--requests 32] [--new-tokens 128] [--skip-100m]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from typing import Dict, List, Tuple
+
+import torch
+from tqdm import tqdm
+
+from areal_mem.net import free_port
+from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets
+from rollout.generator.client import GeneratorClient
+from rollout.generator.launch import start_embedded_generator
+from rollout.generator.types import SamplingParams
+
+BUCKET_BYTES = 512 << 20
+
+
+def build_tiny(root: str) -> str:
+    from areal_mem.tiny_model import init_model
+    from areal_mem.world import build_world
+
+    build_world(os.path.join(root, "world"), seed=0, passages=600, questions=600)
+    return init_model(os.path.join(root, "world"), os.path.join(root, "tiny"), seed=0)
+
+
+def build_100m(root: str) -> str:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                      num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=4096,
+                      tie_word_embeddings=True, eos_token_id=2)
+    torch.manual_seed(0)
+    path = os.path.join(root, "qwen2-100m")
+    Qwen2ForCausalLM(cfg).save_pretrained(path)
+    return path
+
+
+def n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def server_throughput(url: str, prompts: List[List[int]], new_tokens: int) -> float:
+    sp = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, ignore_eos=True)
+
+    async def go():
+        async with GeneratorClient([url]) as c:
+            await c.generate(prompts[0], SamplingParams(max_new_tokens=4))  # warm-up
+            t0 = time.perf_counter()
+            res = await asyncio.gather(*(c.generate(p, sp) for p in prompts))
+            return sum(len(r.output_ids) for r in res) / (time.perf_counter() - t0)
+
+    return asyncio.run(go())
+
+
+def sequential_throughput(model, prompts: List[List[int]], new_tokens: int) -> float:
+    model.generate(torch.tensor([prompts[0]]), max_new_tokens=4, do_sample=True)  # warm-up
+    tokens, t0 = 0, time.perf_counter()
+    for p in tqdm(prompts, desc="sequential model.generate", leave=False):
+        out = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True,
+                             temperature=1.0, top_k=0, top_p=1.0, pad_token_id=0)
+        tokens += out.shape[1] - len(p)
+    return tokens / (time.perf_counter() - t0)
+
+
+def push_times(url: str, model, tmp: str, repeats: int = 3) -> Tuple[float, float]:
+    """(distributed push seconds, disk push seconds), medians."""
+    named = [(n, p.detach()) for n, p in model.named_parameters()]
+    port = free_port()
+
+    async def go():
+        async with GeneratorClient([url], timeout_s=1800) as c:
+            _, group = await asyncio.gather(
+                c.init_weights_update_group("127.0.0.1", port, group_name="bench"),
+                asyncio.to_thread(WeightGroup.join, "127.0.0.1", port, 2, 0, "bench", "gloo", 600.0))
+            dist_s, disk_s = [], []
+            for v in range(1, repeats + 1):
+                t0 = time.perf_counter()
+                for bucket in iter_buckets(named, BUCKET_BYTES):
+                    meta = BucketMeta.of(bucket)
+                    announce = asyncio.create_task(c.update_weights_from_distributed(
+                        meta.names, meta.dtypes, meta.shapes, "bench", version=v))
+                    await asyncio.to_thread(group.broadcast_bucket, bucket)
+                    await announce
+                dist_s.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                path = os.path.join(tmp, f"ckpt-{v}")
+                await asyncio.to_thread(model.save_pretrained, path)
+                await c.update_weights_from_disk(path, 100 + v)
+                disk_s.append(time.perf_counter() - t0)
+            group.close()
+            return statistics.median(dist_s), statistics.median(disk_s)
+
+    return asyncio.run(go())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--prompt-tokens", type=int, default=48)
+    ap.add_argument("--skip-100m", action="store_true", help="only the tiny model's push")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads on both sides (1 avoids oversubscribing a shared CPU)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers import AutoModelForCausalLM
+
+    rows: List[Tuple[str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny = build_tiny(tmp)
+        model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32).eval()
+        g = torch.Generator().manual_seed(0)
+        prompts = torch.randint(3, model.config.vocab_size, (args.requests, args.prompt_tokens), generator=g).tolist()
+        threads = args.threads
+        with start_embedded_generator(tiny, max_batch_size=args.requests, torch_threads=threads) as h:
+            served = server_throughput(h.url, prompts, args.new_tokens)
+            seq = sequential_throughput(model, prompts, args.new_tokens)
+            push_tiny = push_times(h.url, model, tmp)
+        rows += [
+            (f"embedded server, {args.requests} concurrent requests (tokens/s)", f"{served:,.0f}"),
+            ("sequential model.generate, same prompts (tokens/s)", f"{seq:,.0f}"),
+            ("server / sequential (target >= 4)", f"{served / seq:.1f}x"),
+            (f"distributed push, tiny model ({n_params(model) / 1e6:.1f}M params) (s)", f"{push_tiny[0]:.3f}"),
+            ("disk push (save + /update_weights_from_disk), tiny model (s)", f"{push_tiny[1]:.3f}"),
+        ]
+        if not args.skip_100m:
+            big_path = build_100m(tmp)
+            big = AutoModelForCausalLM.from_pretrained(big_path, dtype=torch.float32).eval()
+            mb = sum(p.numel() * p.element_size() for p in big.parameters()) / 2 ** 20
+            with start_embedded_generator(big_path, torch_threads=threads, startup_timeout_s=600) as h:
+                push_big = push_times(h.url, big, tmp)
+            rows += [
+                (f"distributed push, Qwen2 {n_params(big) / 1e6:.0f}M params, {mb:.0f} MiB fp32 (s)",
+                 f"{push_big[0]:.3f}"),
+                ("disk push (save + /update_weights_from_disk), same model (s)", f"{push_big[1]:.3f}"),
+            ]
+    print(f"\n{args.requests} requests x {args.new_tokens} new tokens, prompts of {args.prompt_tokens} "
+          f"tokens, torch threads {threads}\n")
+    width = max(len(r[0]) for r in rows)
+    print(f"| {'measurement'.ljust(width)} | value |")
+    print(f"| {'-' * width} | ----- |")
+    for name, value in rows:
+        print(f"| {name.ljust(width)} | {value} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Retrieval service: micro-batched against one-query-at-a-time, measured side by side in one run.
+
+    .venv/bin/python benchmarks/bench_retriever.py                      # 100k-passage world
+    .venv/bin/python benchmarks/bench_retriever.py --dense-passages 5000  # smaller dense index
+
+Builds a synthetic world, a BM25 index of the whole corpus and a dense (MiniLM, faiss Flat)
+index of its first `--dense-passages` passages (timing both builds), then serves each index
+twice from real subprocesses on 127.0.0.1: `max_batch_size=64` (micro-batched) and
+`max_batch_size=1` (one query at a time, the global-lock design). Each is driven over HTTP
+`/search` at every concurrency level with the world's question texts; the table gives
+queries/s, p50/p99 latency and the micro-batched/one-at-a-time QPS ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+from typing import Dict, List
+
+import aiohttp
+import numpy as np
+
+from areal_mem.world import build_world
+from retriever.build import build_index
+from retriever.encoder import set_threads
+from retriever.launch import start_retriever
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--passages", type=int, default=100_000, help="world corpus size (BM25 indexes all of it)")
+    p.add_argument("--dense-passages", type=int, default=100_000, help="passages in the dense index (corpus head)")
+    p.add_argument("--requests", type=int, default=384, help="requests per (index, mode, concurrency) cell")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--window-ms", type=float, default=2.0, help="micro-batch window")
+    p.add_argument("--threads", type=int, default=1, help="torch/faiss threads of builds and servers")
+    p.add_argument("--kinds", nargs="+", default=["bm25", "dense"], choices=["bm25", "dense"])
+    p.add_argument("--workdir", default="", help="reuse worlds/indexes here (default: a temp folder)")
+    p.add_argument("--json", default="", help="also write the results here")
+    return p.parse_args()
+
+
+def head(src: str, dst: str, n: int) -> str:
+    with open(src) as f, open(dst, "w") as g:
+        for _, line in zip(range(n), f):
+            g.write(line)
+    return dst
+
+
+async def drive(url: str, queries: List[str], n: int, concurrency: int) -> Dict[str, float]:
+    """`n` /search requests from `concurrency` concurrent clients; QPS and latency percentiles."""
+    latencies: List[float] = []
+    todo = iter(range(n))
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        for i in todo:
+            start = time.perf_counter()
+            async with session.post(url + "/search", json={"query": queries[i % len(queries)], "top_n": 5}) as r:
+                body = await r.json()
+                assert r.status == 200 and len(body) == 5, body
+            latencies.append(time.perf_counter() - start)
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        await asyncio.gather(*(worker(session) for _ in range(min(4, concurrency))))  # warm-up
+        latencies.clear()
+        todo = iter(range(n))
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    ms = np.array(latencies) * 1000
+    return {"qps": n / wall, "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+
+
+def main() -> None:
+    args = parse_args()
+    work = args.workdir or tempfile.mkdtemp(prefix="bench-retriever-")
+    os.makedirs(work, exist_ok=True)
+    set_threads(args.threads)
+
+    world = os.path.join(work, f"world{args.passages}")
+    if not os.path.exists(os.path.join(world, "manifest.json")):
+        build_world(world, seed=0, passages=args.passages, questions=2000)
+    corpus = os.path.join(world, "corpus.jsonl")
+    queries = []
+    for split in ("dev", "test", "train"):
+        with open(os.path.join(world, f"{split}.jsonl")) as f:
+            queries += [json.loads(line)["question"] for line in f]
+
+    builds, serving = [], []
+    for kind in args.kinds:
+        src = corpus if kind == "bm25" else head(corpus, os.path.join(work, "dense_corpus.jsonl"), args.dense_passages)
+        index_dir = os.path.join(work, f"index_{kind}")
+        m = build_index(src, index_dir, kind)
+        builds.append({"kind": kind, "passages": m.count, "seconds": m.build_seconds,
+                       "passages_per_s": m.count / m.build_seconds})
+
+        for mode, batch in (("micro-batched", args.max_batch_size), ("one-at-a-time", 1)):
+            overrides = [f"retriever.max_batch_size={batch}", f"retriever.batch_window_ms={args.window_ms}",
+                         f"retriever.threads={args.threads}"]
+            with start_retriever(index_dir, overrides=overrides) as server:
+                for c in args.concurrency:
+                    cell = asyncio.run(drive(server.url, queries, args.requests, c))
+                    serving.append({"kind": kind, "docs": m.count, "mode": mode, "concurrency": c, **cell})
+                    print(f"{kind} {mode} c={c}: {cell['qps']:.1f} q/s", flush=True)
+
+    print("\nIndex build (one pass over the corpus; threads=%d)\n" % args.threads)
+    print("| index | passages | seconds | passages/s |\n| --- | ---: | ---: | ---: |")
+    for b in builds:
+        print(f"| {b['kind']} | {b['passages']} | {b['seconds']:.1f} | {b['passages_per_s']:.0f} |")
+    print(f"\nServing /search top_n=5 over HTTP, {args.requests} requests per cell "
+          f"(max_batch_size {args.max_batch_size}, window {args.window_ms} ms)\n")
+    print("| index | docs | concurrency | mode | QPS | p50 ms | p99 ms | batched/one QPS |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+    for row in serving:
+        base = next(r for r in serving if r["kind"] == row["kind"] and r["concurrency"] == row["concurrency"]
+                    and r["mode"] == "one-at-a-time")
+        ratio = f"{row['qps'] / base['qps']:.2f}x" if row["mode"] == "micro-batched" else ""
+        print(f"| {row['kind']} | {row['docs']} | {row['concurrency']} | {row['mode']} | {row['qps']:.1f} | "
+              f"{row['p50_ms']:.1f} | {row['p99_ms']:.1f} | {ratio} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"builds": builds, "serving": serving, "args": vars(args)}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

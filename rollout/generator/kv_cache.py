@@ -1,0 +1,89 @@
+"""The running batch's KV cache: left-padded rows in buffers with spare room.
+
+transformers' `DynamicLayer` appends with `torch.cat`, copying the whole cache every decode
+step; here each layer's keys and values live in a buffer with spare columns, a decode step
+writes its one column in place, and copies happen only when the batch changes (rows join,
+leave, or the buffer is full).
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+HEADROOM = 64  # spare columns added whenever a buffer is (re)allocated
+
+
+class BatchKVLayer(DynamicLayer):
+    def __init__(self, keys: Optional[torch.Tensor] = None, values: Optional[torch.Tensor] = None,
+                 length: int = 0):
+        super().__init__()
+        self._k, self._v, self.length = keys, values, length
+        if keys is not None:
+            self._expose()
+
+    def _expose(self) -> None:
+        self.keys, self.values = self._k[:, :, :self.length], self._v[:, :, :self.length]
+        self.is_initialized = True
+        self.device = self._k.device
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        n = key_states.shape[-2]
+        if self._k is None or self.length + n > self._k.shape[2]:
+            self._k = _with_room(self._k, key_states, self.length, n)
+            self._v = _with_room(self._v, value_states, self.length, n)
+        self._k[:, :, self.length:self.length + n] = key_states
+        self._v[:, :, self.length:self.length + n] = value_states
+        self.length += n
+        self._expose()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+
+def _with_room(buf: Optional[torch.Tensor], like: torch.Tensor, used: int, extra: int) -> torch.Tensor:
+    b, h, _, d = like.shape
+    new = like.new_zeros((b, h, max(2 * (used + extra), used + extra + HEADROOM), d))
+    if buf is not None:
+        new[:, :, :used] = buf[:, :, :used]
+    return new
+
+
+def empty_cache(num_layers: int) -> Cache:
+    return Cache(layers=[BatchKVLayer() for _ in range(num_layers)])
+
+
+def select_rows(cache: Cache, rows: torch.Tensor, trim: int) -> Cache:
+    """The cache of some rows, without the first `trim` (padding) columns."""
+    out: List[BatchKVLayer] = []
+    for layer in cache.layers:
+        k, v = layer.keys[rows, :, trim:], layer.values[rows, :, trim:]
+        out.append(BatchKVLayer(_pad(k, 0, HEADROOM), _pad(v, 0, HEADROOM), k.shape[2]))
+    return Cache(layers=out)
+
+
+def merge(a: Cache, b: Cache, left_pad_a: int, left_pad_b: int) -> Cache:
+    """Rows of `a` then rows of `b`, each left-padded with zeros to a common length."""
+    out: List[BatchKVLayer] = []
+    for la, lb in zip(a.layers, b.layers):
+        k = torch.cat([_pad(la.keys, left_pad_a, HEADROOM), _pad(lb.keys, left_pad_b, HEADROOM)])
+        v = torch.cat([_pad(la.values, left_pad_a, HEADROOM), _pad(lb.values, left_pad_b, HEADROOM)])
+        out.append(BatchKVLayer(k, v, la.length + left_pad_a))
+    return Cache(layers=out)
+
+
+def zero_padding(cache: Cache, pad: torch.Tensor) -> None:
+    """Zero the K/V of padding positions (`pad` [B, L] is True there) so no NaN can leak."""
+    m = pad[:, None, :, None]
+    for layer in cache.layers:
+        layer.keys.masked_fill_(m, 0.0)
+        layer.values.masked_fill_(m, 0.0)
+
+
+def _pad(t: torch.Tensor, left: int, right: int) -> torch.Tensor:
+    b, h, n, d = t.shape
+    out = t.new_zeros((b, h, left + n + right, d))
+    out[:, :, left:left + n] = t
+    return out
