@@ -23,7 +23,7 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 import torch
 from tqdm import tqdm

@@ -24,13 +24,10 @@ class Index:
         """Top-`k` (document, score) per query, best first; one encoder/index call for the batch."""
         k = min(k, self.count)
         rows, scores = self.searcher.search(list(queries), k)
-        out = []
-        for r, s in zip(rows.tolist(), scores.tolist()):
-            keep = [(row, score) for row, score in zip(r, s) if row >= 0]
-            docs = self.docs.get([row for row, _ in keep])
-            out.append([({"id": d["id"], "contents": d["contents"]}, float(score))
-                        for d, (_, score) in zip(docs, keep)])
-        return out
+        hits = [[(row, score) for row, score in zip(r, s) if row >= 0]
+                for r, s in zip(rows.tolist(), scores.tolist())]
+        docs = iter(self.docs.get([row for h in hits for row, _ in h]))  # one lookup for the batch
+        return [[(next(docs), float(score)) for _, score in h] for h in hits]
 
 
 def _encoder_from_manifest(manifest: Manifest, device: str) -> EncoderConfig:

@@ -10,7 +10,6 @@ import threading
 
 HELP = "the Arrow Flight replay buffer (subcommand: serve)"
 TOKEN_ENV = "AREAL_MEM_BUFFER_TOKEN"
-READY = "areal-mem buffer: serving"  # the line launchers wait for, followed by the URL
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,18 +25,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--run-dir", help="run directory (default: run_dir of the config)")
     serve.add_argument("--host", help="bind address (default: buffer.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default: buffer.port; 0 picks a free one)")
+    serve.add_argument("--ready-file", metavar="FILE", help="write the service URL here once it serves")
     add_config_arguments(serve)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config
+    from ..process import write_ready_file
     from ..security import InsecureBindError
     from .service import BufferService
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    # The buffer needs no model: fill the run's required model.path so a buffer
-    # starts from buffer-only settings (full recipes work unchanged).
-    cfg = load_config(args.config, ["model.path=unused-by-buffer", *args.overrides])
+    cfg = load_config(args.config, args.overrides, optional=["model.path"])
     b = cfg.buffer
     run_dir = args.run_dir or cfg.run_dir
     max_running = b.max_running_groups or cfg.rollout.num_workers * cfg.rollout.max_concurrent_groups
@@ -54,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: threading.Thread(target=service.shutdown).start())
     stats = service.stats()
-    print(f"{READY} {service.url} (run dir {run_dir}; {stats['pending_groups']} group(s) "
+    print(f"areal-mem buffer: serving {service.url} (run dir {run_dir}; {stats['pending_groups']} group(s) "
           f"recovered, version {stats['version']})", flush=True)
+    write_ready_file(args.ready_file, service.url)
     service.serve()
     print("areal-mem buffer: stopped", flush=True)
     return 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Iterable
 
 from omegaconf import DictConfig
 
@@ -18,5 +19,6 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def config_from_args(args: argparse.Namespace) -> DictConfig:
-    return load_config(args.config, args.overrides)
+def config_from_args(args: argparse.Namespace, optional: Iterable[str] = ()) -> DictConfig:
+    """The run config of a command; `optional`: required keys this command does not use."""
+    return load_config(args.config, args.overrides, optional=optional)

@@ -23,9 +23,14 @@ class ConfigError(ValueError):
 
 
 def load_config(
-    files: Iterable[str] = (), overrides: Iterable[str] = (), schema: type = RunConfig
+    files: Iterable[str] = (), overrides: Iterable[str] = (), schema: type = RunConfig,
+    optional: Iterable[str] = (),
 ) -> DictConfig:
-    """Merge `files` then `overrides` onto `schema`; check nothing required is missing."""
+    """Merge `files` then `overrides` onto `schema`; check nothing required is missing.
+
+    `optional` names required keys that this caller does not use (a buffer needs no
+    `model.path`); they may stay unset.
+    """
     cfg = OmegaConf.structured(schema)
     for path in files:
         cfg = _merge(cfg, _read_yaml(path), source=path, yaml_path=path)
@@ -37,7 +42,7 @@ def load_config(
         except OmegaConfBaseException as e:
             raise ConfigError(f"command-line override {item!r}: {_first_line(e)}") from None
         cfg = _merge(cfg, dotlist, source=f"command-line override {item!r}")
-    missing = sorted(OmegaConf.missing_keys(cfg))
+    missing = sorted(OmegaConf.missing_keys(cfg) - set(optional))
     if missing:
         raise ConfigError(
             "missing required value(s): "
@@ -45,7 +50,7 @@ def load_config(
             + "; set them in a config file or as key=value on the command line"
         )
     try:
-        OmegaConf.to_container(cfg, resolve=True)
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     except OmegaConfBaseException as e:
         raise ConfigError(f"key {e.full_key!r}: {_first_line(e)}") from None
     return cfg

@@ -22,4 +22,5 @@ class ModelConfig:
     path: str = MISSING  # local folder in Hugging Face format, or a hub id (production)
     tokenizer_path: str = ""  # empty: the tokenizer lives next to the model
     dtype: str = "float32"  # float32 | bfloat16 | float16
+    build: bool = False  # build a tiny model (shape below) at `path` when none is there
     init: TinyModelConfig = field(default_factory=TinyModelConfig)

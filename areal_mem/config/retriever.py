@@ -72,7 +72,7 @@ class RetrieverConfig:
     max_top_n: int = 100  # requests asking for more get HTTP 400
     max_queries: int = 1024  # queries in one batch request
     max_body_bytes: int = 1 << 20  # larger request bodies get HTTP 413
-    batch_window_ms: float = 2.0  # how long the first query of a micro-batch waits for company
+    batch_window_ms: float = 0.0  # extra wait for company; 0: take what queued during the last search
     max_batch_size: int = 64  # queries per micro-batch; 1 = one at a time (the global-lock baseline)
     token: str = ""  # shared bearer token, required for a non-loopback bind
     timeout_s: float = 30.0  # client: per request

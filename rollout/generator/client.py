@@ -164,6 +164,7 @@ class GeneratorClient:
         logps: List[float] = []
         versions: List[int] = []
         failures = resumes = 0
+        text = ""
         t0 = time.monotonic()
         while True:
             remaining = sampling.max_new_tokens - len(out_ids)
@@ -198,16 +199,20 @@ class GeneratorClient:
             out_ids += ids
             logps += [float(e[0]) for e in entries]
             versions += token_versions(meta, len(ids))
+            text += body.get("text", "")
             finish = meta.get("finish_reason") or {"type": "abort"}
-            if finish["type"] == "abort" and rid not in self._cancelled and len(out_ids) < sampling.max_new_tokens:
-                resumes += 1  # paused for a weight update: resend; the server holds it until continue
-                continue
+            kind = finish["type"]
+            if kind == "abort":
+                if len(out_ids) >= sampling.max_new_tokens:
+                    kind = "length"  # aborted exactly when the budget ran out
+                elif rid not in self._cancelled:
+                    resumes += 1  # paused for a weight update: resend; the server holds it until continue
+                    continue
             return GenerationResult(
-                output_ids=out_ids, logprobs=logps, versions=versions,
-                finish_reason="length" if finish["type"] == "abort" and len(out_ids) >= sampling.max_new_tokens else finish["type"],
+                output_ids=out_ids, logprobs=logps, versions=versions, finish_reason=kind,
                 matched_stop=finish.get("matched"), prompt_tokens=len(input_ids),
                 meta={"rid": rid, "server": server.url, "resumes": resumes, "failures": failures,
-                      "e2e_latency": time.monotonic() - t0, "text": body.get("text", "")},
+                      "e2e_latency": time.monotonic() - t0, "text": text},
             )
 
     # ---- admin calls (the learner's side); each goes to every server ----

@@ -1,9 +1,9 @@
 """Continuous batching over a Hugging Face causal LM with a KV cache, in one thread.
 
 Every step the engine admits waiting requests (one batched, left-padded prefill) into the
-running batch and decodes one token for every running request. The batch's KV cache is
-left-padded per layer ([B, kv_heads, L, head_dim]) with a 2-D attention mask and explicit
-positions, so rows of different lengths share one forward pass; rows leave as soon as they
+running batch and decodes one token for every running request. The batch's KV cache
+(`kv_cache.py`) is left-padded, with a 2-D attention mask and explicit positions, so rows of
+different lengths share one forward pass; rows leave as soon as they
 finish and the common left padding is trimmed. Weights change only between steps, and every
 token records the weight version that sampled it.
 """
@@ -14,9 +14,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Deque, Iterable, List, Optional, Sequence, Set, Tuple
 
 import torch
+
 from . import kv_cache
 from .sampling import SamplingSpec, sample
 

@@ -64,11 +64,11 @@ class GeneratorServer:
 
     @staticmethod
     async def _json(request: web.Request) -> Dict[str, Any]:
-        text = await request.text()
-        if not text.strip():
+        raw = await request.read()
+        if not raw.strip():
             return {}
         try:
-            body = json.loads(text)
+            body = json.loads(raw)
         except ValueError as e:
             raise BadRequest(f"request body is not JSON: {e}") from None
         if not isinstance(body, dict):
@@ -206,7 +206,7 @@ class GeneratorServer:
             group = await asyncio.to_thread(
                 WeightGroup.join, b["master_address"], b["master_port"], b["world_size"],
                 b["rank_offset"], b["group_name"], backend, self.group_timeout_s)
-        except (BadRequest, ValueError, RuntimeError) as e:
+        except (BadRequest, ValueError, RuntimeError, OSError) as e:
             return web.json_response({"success": False, "message": f"{type(e).__name__}: {e}"}, status=400)
         self.groups[b["group_name"]] = group
         return web.json_response({"success": True, "message": f"joined {b['group_name']} as rank {group.rank}"})

@@ -39,18 +39,18 @@ def test_requests_share_steps_and_join_a_running_batch(engine, ref_model, h):
     prompts = h.make_prompts(12, ref_model.config.vocab_size, seed=10)
     col = Collector(12)
     for i, p in enumerate(prompts[:8]):
-        engine.submit(_req(str(i), p, col))
+        engine.submit(_req(str(i), p, col, n=60))
     while engine.steps < 5:
         time.sleep(0.005)
     joined_at = engine.steps
     for i, p in enumerate(prompts[8:], start=8):
-        engine.submit(_req(str(i), p, col))
+        engine.submit(_req(str(i), p, col, n=60))
     assert col.event.wait(60)
-    assert all(len(r.output_ids) == 30 for r in col.done.values())
-    # 12 requests x 30 tokens in about 30 + joined_at steps, not 360: they decode together,
+    assert all(len(r.output_ids) == 60 for r in col.done.values())
+    # 12 requests x 60 tokens in about 60 + joined_at steps, not 720: they decode together,
     # and the late four joined while the first eight were still running.
-    assert engine.steps <= 30 + joined_at + 3, engine.steps
-    assert joined_at < 30
+    assert joined_at < 60
+    assert engine.steps <= 60 + joined_at + 3, engine.steps
     for i, p in enumerate(prompts):
         r = col.done[str(i)]
         ref = h.teacher_forced_logprobs(ref_model, p, r.output_ids)

@@ -14,7 +14,7 @@ from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets, pa
 from rollout.generator.client import GeneratorClient, GeneratorError
 from rollout.generator.types import SamplingParams
 
-LONG = 600  # tokens: long enough that a pause 0.3 s in catches the request mid-way
+LONG = 1500  # tokens: long enough that a pause 0.15 s in catches the request mid-way
 
 
 def _model_with(ref_model, state):
@@ -49,7 +49,7 @@ def test_disk_update_and_interrupted_requests(fresh_server, ref_model, checker, 
 
     async def interrupted(c, mode, version):
         task = asyncio.create_task(c.generate(prompt, long_sp))
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.15)
         await c.pause(mode)
         assert not task.done()
         await c.update_weights_from_disk(paths[version], version)
@@ -138,7 +138,7 @@ def test_abort_request_and_flush_cache_retry(server, ref_model, h):
         async with GeneratorClient([server.url], flush_retry_s=0.05) as c:
             task = asyncio.create_task(c.generate(
                 prompt, SamplingParams(max_new_tokens=LONG, ignore_eos=True), rid="to-abort"))
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.15)
             await c.abort_request("to-abort")
             aborted = await task
 

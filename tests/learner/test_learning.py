@@ -37,7 +37,7 @@ def _steps(log_path):
     return [(int(m.group(1)), float(m.group(2))) for m in STEP_LINE.finditer(text)], text
 
 
-def _wait(pred, proc, log_path, producer, timeout):
+def _wait(pred, proc, log_path, producer, timeout, buffer):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
@@ -45,8 +45,11 @@ def _wait(pred, proc, log_path, producer, timeout):
         if proc.poll() is not None or not producer.is_alive():
             break
         time.sleep(0.5)
+    with buffer.client() as c:
+        stats = c.stats()
     pytest.fail(f"learner exit code {proc.poll()}, producer alive {producer.is_alive()} "
-                f"errors {producer.errors[-3:]}:\n{_steps(log_path)[1][-5000:]}")
+                f"put {producer.groups_put} errors {producer.errors[-3:]}, buffer {stats}:\n"
+                f"{_steps(log_path)[1][-5000:]}")
 
 
 def test_grpo_learns_first_token_and_resumes_after_kill(tiny_model_dir, tmp_path):
@@ -63,7 +66,7 @@ def test_grpo_learns_first_token_and_resumes_after_kill(tiny_model_dir, tmp_path
         procs.append(p1)
         state_path = os.path.join(run_dir, "checkpoints", "state.json")
         _wait(lambda: os.path.exists(state_path) and max((s for s, _ in _steps(log1)[0]), default=0) >= 4,
-              p1, log1, producer, 180)
+              p1, log1, producer, 180, buffer)
         p1.kill()
         p1.wait()
         f1.close()
@@ -81,7 +84,7 @@ def test_grpo_learns_first_token_and_resumes_after_kill(tiny_model_dir, tmp_path
         def learned():
             steps = _steps(log2)[0]
             return len(steps) >= 2 and min(r for _, r in steps[-2:]) > 0.9
-        _wait(learned, p2, log2, producer, 180)
+        _wait(learned, p2, log2, producer, 180, buffer)
         p2.send_signal(signal.SIGTERM)  # graceful: finish the step, checkpoint, exit
         assert p2.wait(60) == 0
         f2.close()

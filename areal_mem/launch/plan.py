@@ -1,0 +1,81 @@
+"""What a run starts, independent of where: one `ProcessSpec` per service, learner rank and worker.
+
+The local launcher runs the specs as child processes of this machine; the Ray
+launcher runs the same specs inside actors placed on a cluster. Both pass the
+addresses of the services to the learner and the workers as config overrides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+from omegaconf import DictConfig
+
+
+@dataclass
+class ProcessSpec:
+    name: str
+    argv: List[str]  # arguments of `areal-mem`
+    env: Dict[str, str] = field(default_factory=dict)
+    service: bool = False  # writes its URL to `--ready-file` once it serves
+    restart: bool = False  # restarted by the launcher when it dies
+    resources: Dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
+
+
+@dataclass
+class Addresses:
+    retriever: List[str] = field(default_factory=list)
+    generators: List[str] = field(default_factory=list)
+    buffer: str = ""
+
+    def overrides(self) -> List[str]:
+        out = [f"generator.urls=[{','.join(self.generators)}]", f"buffer.url={self.buffer}"]
+        if self.retriever:
+            out.append(f"retriever.urls=[{','.join(self.retriever)}]")
+        return out
+
+
+def service_specs(cfg: DictConfig, config_path: str) -> List[ProcessSpec]:
+    """The services the config does not already point at, in start order."""
+    specs = []
+    if not cfg.retriever.urls:
+        specs.append(ProcessSpec("retriever", ["retriever", "serve", "--config", config_path],
+                                 service=True))
+    if not cfg.generator.urls:
+        gpu = cfg.generator.backend.value == "sglang"
+        for i in range(cfg.generator.num_servers):
+            specs.append(ProcessSpec(f"generator{i}", generator_argv(config_path), service=True,
+                                     restart=True,
+                                     resources={"CPU": 1.0, **({"GPU": 1.0} if gpu else {})}))
+    if not cfg.buffer.url:
+        specs.append(ProcessSpec("buffer", ["buffer", "serve", "--config", config_path], service=True))
+    return specs
+
+
+def generator_argv(config_path: str, model_path: str = "", port: int = 0) -> List[str]:
+    argv = ["generator", "serve", "--config", config_path]
+    if model_path:
+        argv += ["--model", model_path]
+    if port:
+        argv += ["--port", str(port)]
+    return argv
+
+
+def learner_specs(cfg: DictConfig, config_path: str, addresses: Addresses, master_addr: str,
+                  master_port: int) -> List[ProcessSpec]:
+    """One process per rank with torchrun's environment, so any placement works."""
+    n = cfg.launcher.learner_ranks
+    argv = ["learner", "--config", config_path, *addresses.overrides()]
+    return [ProcessSpec("learner" if n == 1 else f"learner{r}", argv,
+                        env={"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n),
+                             "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": master_addr,
+                             "MASTER_PORT": str(master_port)})
+            for r in range(n)]
+
+
+def worker_specs(cfg: DictConfig, config_path: str, addresses: Addresses) -> List[ProcessSpec]:
+    n = cfg.rollout.num_workers
+    return [ProcessSpec(f"rollout{i}", ["rollout", "--config", config_path, "--worker-id", str(i),
+                                        "--num-workers", str(n), *addresses.overrides()],
+                        restart=True)
+            for i in range(n)]

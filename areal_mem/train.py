@@ -1,0 +1,167 @@
+"""`areal-mem train`: a recipe end to end, from an empty run dir to an evaluated model.
+
+Stages, each skipped when its output is already there (so a re-run resumes):
+world -> tiny model -> retriever index -> oracle demonstrations + SFT warm start
+-> evaluation of the start model -> asynchronous RL (the launcher's services,
+learner and rollout workers) -> evaluation of the trained model. Production
+recipes name an existing model and index, so only the RL and evaluation run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from .commands.config_args import add_config_arguments, config_from_args
+from .config import save_resolved
+
+HELP = "run a training recipe end to end: world, model, index, SFT warm start, async RL, eval"
+log = logging.getLogger("areal_mem.train")
+CLI = [sys.executable, "-m", "areal_mem.cli"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--no-eval", action="store_true", help="skip the evaluations")
+
+
+class TrainPipeline:
+    def __init__(self, cfg: DictConfig, evaluate: bool = True) -> None:
+        self.cfg, self.evaluate = cfg, evaluate
+        self.config_path = save_resolved(cfg)
+        self.results: Dict[str, object] = {}
+
+    # ---- preparation ----
+    def prepare(self) -> None:
+        cfg = self.cfg
+        if not os.path.exists(os.path.join(cfg.world.dir, "manifest.json")):
+            from .world import build_world
+
+            log.info("building the synthetic world in %s", cfg.world.dir)
+            w = cfg.world
+            build_world(w.dir, w.seed, w.passages, w.questions, w.dev_fraction, w.test_fraction)
+        if cfg.model.build and not os.path.exists(os.path.join(cfg.model.path, "config.json")):
+            from .tiny_model import init_model
+
+            log.info("building the tiny model in %s", cfg.model.path)
+            init_model(cfg.world.dir, cfg.model.path, OmegaConf.to_object(cfg.model.init), cfg.seed)
+        if not cfg.retriever.urls and not os.path.exists(
+                os.path.join(cfg.retriever.index_dir, "manifest.json")):
+            from retriever.build import build_index
+
+            log.info("building the %s index in %s", cfg.retriever.kind.value, cfg.retriever.index_dir)
+            build_index(os.path.join(cfg.world.dir, "corpus.jsonl"), cfg.retriever.index_dir,
+                        kind=cfg.retriever.kind, cfg=OmegaConf.to_object(cfg.retriever))
+
+    def warm_start(self) -> str:
+        """Oracle demonstrations + SFT; returns the model RL starts from."""
+        cfg, sft = self.cfg, self.cfg.learner.sft
+        out = sft.out_dir or os.path.join(cfg.run_dir, "sft", "model")
+        if not sft.warm_start:
+            return cfg.model.path
+        if os.path.exists(os.path.join(out, "config.json")):
+            return out
+        demos = os.path.join(cfg.run_dir, "sft", "demos.jsonl")
+        if not os.path.exists(demos):
+            from rollout.oracle import write_demonstrations
+
+            stats = write_demonstrations(cfg, demos, limit=sft.oracle_questions,
+                                         mistake_rate=sft.oracle_mistake_rate, seed=cfg.seed)
+            log.info("oracle demonstrations: %s", stats)
+            self.results["oracle"] = stats
+        self._run("sft", ["sft", "--config", self.config_path, "--data", demos,
+                          f"learner.sft.out_dir={out}"])
+        return out
+
+    # ---- evaluation and RL ----
+    def eval(self, model_path: str, tag: str) -> Optional[dict]:
+        if not self.evaluate:
+            return None
+        out_dir = os.path.join(self.cfg.run_dir, "eval", tag)
+        summary_path = os.path.join(out_dir, "summary.json")
+        if not os.path.exists(summary_path):
+            self._run(f"eval-{tag}", ["eval", "--config", self.config_path, "--quiet",
+                                      f"model.path={model_path}", f"eval.out_dir={out_dir}"])
+        with open(summary_path, encoding="utf-8") as f:
+            summary = json.load(f)
+        self.results[f"eval_{tag}"] = {k: summary.get(k) for k in ("em", "f1", "acc", "mean_turns")}
+        print(f"[train] {tag}: EM {summary['em']:.3f} F1 {summary['f1']:.3f} "
+              f"on {summary['questions']} questions", flush=True)
+        return summary
+
+    def rl(self, start_model: str) -> str:
+        from .launch.local import LocalLauncher
+        from .launch.progress import ProgressBar
+
+        final = os.path.join(self.cfg.run_dir, "final")
+        if os.path.exists(os.path.join(final, "config.json")):
+            return final
+        cfg = OmegaConf.merge(self.cfg, {"model": {"path": start_model}})
+        rl_config = save_resolved(cfg, os.path.join(cfg.run_dir, "rl_config.yaml"))
+        if cfg.launcher.kind.value == "ray":
+            from .launch.ray_launcher import RayLauncher as Launcher
+        else:
+            Launcher = LocalLauncher
+        launcher = Launcher(cfg, rl_config)
+        bar = ProgressBar(cfg.run_dir, cfg.learner.steps)
+        _stop_on_signals(launcher)
+        try:
+            launcher.start_services()
+            launcher.start_learner()
+            launcher.start_workers()
+            code = launcher.supervise(on_tick=bar.update)
+        finally:
+            launcher.stop_all()
+            bar.close()
+        if code != 0:
+            raise SystemExit(f"areal-mem train: the learner failed (exit {code}); "
+                             f"see {os.path.join(cfg.run_dir, 'logs', 'learner.log')}")
+        return final
+
+    def _run(self, name: str, argv: List[str]) -> None:
+        logs = os.path.join(self.cfg.run_dir, "logs")
+        os.makedirs(logs, exist_ok=True)
+        path = os.path.join(logs, f"{name}.log")
+        start = time.time()
+        print(f"[train] {name} ... (log {path})", flush=True)
+        with open(path, "ab") as f:
+            code = subprocess.call(CLI + argv, stdout=f, stderr=subprocess.STDOUT)
+        if code != 0:
+            with open(path, "rb") as f:
+                tail = f.read()[-3000:].decode(errors="replace")
+            raise SystemExit(f"areal-mem train: stage {name} failed (exit {code}); {path}:\n{tail}")
+        print(f"[train] {name} done in {time.time() - start:.0f}s", flush=True)
+
+
+def _stop_on_signals(launcher) -> None:
+    def handler(signum, _frame):
+        launcher.stop_all()
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cfg = config_from_args(args)
+    pipeline = TrainPipeline(cfg, evaluate=not args.no_eval)
+    start = time.time()
+    pipeline.prepare()
+    start_model = pipeline.warm_start()
+    pipeline.eval(start_model, "start")
+    final = pipeline.rl(start_model)
+    pipeline.eval(final, "final")
+    pipeline.results["wall_s"] = round(time.time() - start, 1)
+    with open(os.path.join(cfg.run_dir, "train_summary.json"), "w", encoding="utf-8") as f:
+        json.dump(pipeline.results, f, indent=2)
+    print("[train] summary: " + json.dumps(pipeline.results), flush=True)
+    return 0
