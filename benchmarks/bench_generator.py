@@ -4,8 +4,9 @@ Throughput: the tiny debug model (`areal-mem init-model` defaults) answers 32 co
 requests (prompts of 48 tokens, 128 sampled tokens each, eos ignored) through the real
 server (a subprocess on 127.0.0.1, continuous batching); the same model answers the same
 prompts one after another with `model.generate` in this process, in the same run, with the
-same number of torch threads (--threads, default 1). The ratio is server tokens/s over sequential tokens/s (target
->= 4).
+same number of torch threads (--threads, default 1). Server and sequential runs alternate
+for --rounds rounds; the ratio is the median over rounds of server tokens/s over
+sequential tokens/s (target >= 4).
 
 Weight push: the learner's side of a distributed push (rank 0 of a gloo group: announce
 each bucket with /update_weights_from_distributed, broadcast it, wait for the answer) of
@@ -13,7 +14,8 @@ every parameter, in 512 MiB buckets, into a running server; and the disk path (s
 safetensors checkpoint + /update_weights_from_disk) for comparison. For the tiny model and
 a ~100M-parameter Qwen2 built locally (random weights, no tokenizer needed). Median of 3.
 
-    .venv/bin/python benchmarks/bench_generator.py [--requests 32] [--new-tokens 128] [--skip-100m]
+    .venv/bin/python benchmarks/bench_generator.py [--requests 32] [--new-tokens 128] [--rounds 3]
+        [--threads 1] [--skip-100m]
 """
 from __future__ import annotations
 
@@ -121,6 +123,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--prompt-tokens", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternate server and sequential runs this often (a shared CPU's load varies)")
     ap.add_argument("--skip-100m", action="store_true", help="only the tiny model's push")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads on both sides (1 avoids oversubscribing a shared CPU)")
@@ -135,14 +139,18 @@ def main() -> None:
         g = torch.Generator().manual_seed(0)
         prompts = torch.randint(3, model.config.vocab_size, (args.requests, args.prompt_tokens), generator=g).tolist()
         threads = args.threads
+        served, seq = [], []
         with start_embedded_generator(tiny, max_batch_size=args.requests, torch_threads=threads) as h:
-            served = server_throughput(h.url, prompts, args.new_tokens)
-            seq = sequential_throughput(model, prompts, args.new_tokens)
+            for _ in tqdm(range(args.rounds), desc="rounds (server, then sequential)"):
+                served.append(server_throughput(h.url, prompts, args.new_tokens))
+                seq.append(sequential_throughput(model, prompts, args.new_tokens))
             push_tiny = push_times(h.url, model, tmp)
+        ratios = [a / b for a, b in zip(served, seq)]
         rows += [
-            (f"embedded server, {args.requests} concurrent requests (tokens/s)", f"{served:,.0f}"),
-            ("sequential model.generate, same prompts (tokens/s)", f"{seq:,.0f}"),
-            ("server / sequential (target >= 4)", f"{served / seq:.1f}x"),
+            (f"embedded server, {args.requests} concurrent requests (tokens/s)", f"{statistics.median(served):,.0f}"),
+            ("sequential model.generate, same prompts (tokens/s)", f"{statistics.median(seq):,.0f}"),
+            ("server / sequential, median of the rounds (target >= 4)",
+             f"{statistics.median(ratios):.1f}x (rounds: {', '.join(f'{r:.1f}' for r in ratios)})"),
             (f"distributed push, tiny model ({n_params(model) / 1e6:.1f}M params) (s)", f"{push_tiny[0]:.3f}"),
             ("disk push (save + /update_weights_from_disk), tiny model (s)", f"{push_tiny[1]:.3f}"),
         ]

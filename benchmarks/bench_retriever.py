@@ -26,7 +26,9 @@ import numpy as np
 from areal_mem.world import build_world
 from retriever.build import build_index
 from retriever.encoder import set_threads
+from retriever.index import load_index
 from retriever.launch import start_retriever
+from retriever.manifest import Manifest
 
 
 def parse_args() -> argparse.Namespace:
@@ -40,6 +42,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch/faiss threads of builds and servers")
     p.add_argument("--kinds", nargs="+", default=["bm25", "dense"], choices=["bm25", "dense"])
     p.add_argument("--workdir", default="", help="reuse worlds/indexes here (default: a temp folder)")
+    p.add_argument("--reuse-indexes", action="store_true", help="keep indexes already in --workdir")
     p.add_argument("--json", default="", help="also write the results here")
     return p.parse_args()
 
@@ -75,6 +78,20 @@ async def drive(url: str, queries: List[str], n: int, concurrency: int) -> Dict[
     return {"qps": n / wall, "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
 
 
+def search_cost(index_dir: str, queries: List[str]) -> Dict[str, float]:
+    """In-process ms per query of `Index.search`, alone and in one batch: the ceiling of the ratio."""
+    index = load_index(index_dir)
+    index.search(queries[:4], 5)
+    start = time.perf_counter()
+    for q in queries:
+        index.search([q], 5)
+    alone = (time.perf_counter() - start) / len(queries) * 1000
+    start = time.perf_counter()
+    index.search(queries, 5)
+    batched = (time.perf_counter() - start) / len(queries) * 1000
+    return {"alone_ms": alone, "batched_ms": batched}
+
+
 def main() -> None:
     args = parse_args()
     work = args.workdir or tempfile.mkdtemp(prefix="bench-retriever-")
@@ -90,11 +107,14 @@ def main() -> None:
         with open(os.path.join(world, f"{split}.jsonl")) as f:
             queries += [json.loads(line)["question"] for line in f]
 
-    builds, serving = [], []
+    builds, serving, compute = [], [], []
     for kind in args.kinds:
         src = corpus if kind == "bm25" else head(corpus, os.path.join(work, "dense_corpus.jsonl"), args.dense_passages)
         index_dir = os.path.join(work, f"index_{kind}")
-        m = build_index(src, index_dir, kind)
+        if args.reuse_indexes and os.path.exists(os.path.join(index_dir, "manifest.json")):
+            m = Manifest.load(index_dir)  # its build_seconds were measured when it was built
+        else:
+            m = build_index(src, index_dir, kind)
         builds.append({"kind": kind, "passages": m.count, "seconds": m.build_seconds,
                        "passages_per_s": m.count / m.build_seconds})
 
@@ -113,6 +133,7 @@ def main() -> None:
         finally:
             for server in servers.values():
                 server.stop()
+        compute.append({"kind": kind, "docs": m.count, **search_cost(index_dir, queries[:64])})
 
     print("\nIndex build (one pass over the corpus; threads=%d)\n" % args.threads)
     print("| index | passages | seconds | passages/s |\n| --- | ---: | ---: | ---: |")
@@ -128,9 +149,14 @@ def main() -> None:
         ratio = f"{row['qps'] / base['qps']:.2f}x" if row["mode"] == "micro-batched" else ""
         print(f"| {row['kind']} | {row['docs']} | {row['concurrency']} | {row['mode']} | {row['qps']:.1f} | "
               f"{row['p50_ms']:.1f} | {row['p99_ms']:.1f} | {ratio} |")
+    print(f"\nIn-process search cost (no HTTP), ms per query: alone vs in one batch of {len(queries[:64])}\n")
+    print("| index | docs | alone ms/query | batched ms/query | ratio |\n| --- | ---: | ---: | ---: | ---: |")
+    for c in compute:
+        print(f"| {c['kind']} | {c['docs']} | {c['alone_ms']:.2f} | {c['batched_ms']:.2f} | "
+              f"{c['alone_ms'] / c['batched_ms']:.2f}x |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"builds": builds, "serving": serving, "args": vars(args)}, f, indent=1)
+            json.dump({"builds": builds, "serving": serving, "compute": compute, "args": vars(args)}, f, indent=1)
 
 
 if __name__ == "__main__":

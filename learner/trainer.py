@@ -38,23 +38,36 @@ class Trainer:
         self.stop_requested = True
 
     def start(self) -> TrainState:
-        """Resume if asked and possible; put the weights the loop starts from into the generators."""
+        """Resume if asked and possible; put the weights the loop starts from into the generators.
+
+        Versions never go back: when the buffer has seen a newer version than the
+        checkpoint's (the learner died after pushing more), the restored weights are
+        pushed under a fresh number, so a version always names one set of weights and
+        the staleness bound keeps admitting rollouts.
+        """
         resumed = None
         if self.lcfg.resume == ResumeMode.auto:
             resumed = self.ckpt.load(self.engine)
         if resumed is not None:
             self.state = resumed
-            if self.leader:
-                print(f"[learner] resumed from step {resumed.step}, version {resumed.version}", flush=True)
-        if self.publisher is not None:
-            self.publisher.setup()
-            if resumed is not None:  # the generators may hold newer or older weights
-                self.publisher.publish(self.state.version)
+        seen = 0
         if self.leader and self.buffer is not None:
             # Batches a previous learner took but never acked would otherwise be lost.
             requeued = self.buffer.requeue()
             if requeued:
                 print(f"[learner] requeued {requeued} group(s) of unfinished batches", flush=True)
+            seen = int(self.buffer.stats()["version"])
+        seen = int(D.broadcast_floats([seen])[0])
+        push = resumed is not None
+        if seen > self.state.version:
+            self.state.version, push = seen + 1, True
+        if resumed is not None and self.leader:
+            print(f"[learner] resumed from step {resumed.step}, version {self.state.version}", flush=True)
+        if self.publisher is not None:
+            self.publisher.setup()
+            if push:  # the generators hold other weights than the ones this loop starts from
+                self.publisher.publish(self.state.version)
+        if self.leader and self.buffer is not None:
             self.buffer.set_version(self.state.version)
         return self.state
 

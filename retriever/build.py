@@ -39,29 +39,34 @@ def build_index(
         os.remove(manifest_path)
 
     start = time.perf_counter()
+    bar = tqdm(desc=f"index {kind.value}", unit="passage", disable=not show_progress)
     if kind == IndexKind.dense:
         from .dense import DenseIndexBuilder
         from .encoder import Encoder
 
         encoder = encoder or Encoder(cfg.encoder)
         builder = DenseIndexBuilder(encoder.dim, cfg.faiss)
-        add = lambda texts: builder.add(encoder.encode_passages(texts))  # noqa: E731
+
+        def add(texts):
+            builder.add(encoder.encode_passages(texts, progress=bar.update))
     else:
         from .sparse import BM25Builder
 
         builder = BM25Builder(cfg.bm25)
-        add = builder.add
+
+        def add(texts):
+            builder.add(texts)
+            bar.update(len(texts))
 
     reader = CorpusReader(corpus_path)
     docs = DocWriter(out_dir)
     try:
-        with tqdm(desc=f"index {kind.value}", unit="passage", disable=not show_progress) as bar:
-            for chunk in reader.chunks(cfg.chunk_size):
-                add([index_text(p, cfg.split_title) for p in chunk])
-                docs.write(chunk)
-                bar.update(len(chunk))
+        for chunk in reader.chunks(cfg.chunk_size):
+            add([index_text(p, cfg.split_title) for p in chunk])
+            docs.write(chunk)
     finally:
         docs.close()
+        bar.close()
     settings = builder.write(out_dir)
 
     manifest = Manifest(

@@ -97,17 +97,16 @@ def _describe(index) -> str:
         pq = faiss.downcast_index(ivf).pq
         return f"IVF{ivf.nlist},PQ{pq.M}x{pq.nbits}"
     if isinstance(index, faiss.IndexHNSW):
-        return "HNSW"
+        return f"HNSW{index.hnsw.nb_neighbors(1)}"
     return "Flat"
 
 
 class DenseSearcher:
     """Encodes queries in one forward pass and searches the whole batch with one faiss call."""
 
-    def __init__(self, index_dir: str, encoder, cfg: FaissConfig, mmap: bool = False):
+    def __init__(self, index_dir: str, encoder, cfg: FaissConfig):
         faiss = _faiss()
-        flags = faiss.IO_FLAG_MMAP if mmap else 0
-        index = faiss.read_index(os.path.join(index_dir, FAISS_FILE), flags)
+        index = faiss.read_index(os.path.join(index_dir, FAISS_FILE))
         ivf = faiss.try_extract_index_ivf(index)
         if ivf is not None:
             ivf.nprobe = cfg.ivf_nprobe

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import asdict
-from typing import List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -68,8 +68,8 @@ class Encoder:
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self._encode([self.cfg.query_prefix + t for t in texts])
 
-    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
-        """Sorted by length inside each call so batches carry little padding."""
+    def encode_passages(self, texts: Sequence[str], progress: Optional[Callable[[int], object]] = None) -> np.ndarray:
+        """Sorted by length inside each call so batches carry little padding; `progress(n)` per batch."""
         texts = [self.cfg.passage_prefix + t for t in texts]
         order = np.argsort([len(t) for t in texts], kind="stable")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
@@ -77,6 +77,8 @@ class Encoder:
         for i in range(0, len(texts), bs):
             idx = order[i : i + bs]
             out[idx] = self._encode([texts[j] for j in idx])
+            if progress is not None:
+                progress(len(idx))
         return out
 
     @torch.inference_mode()

@@ -56,11 +56,11 @@ class BM25Searcher:
     bm25s's own `retrieve`.
     """
 
-    def __init__(self, index_dir: str, mmap: bool = True):
+    def __init__(self, index_dir: str):
         import bm25s
 
         path = os.path.join(index_dir, BM25_DIR)
-        model = bm25s.BM25.load(path, mmap=mmap, show_progress=False)
+        model = bm25s.BM25.load(path, mmap=True, show_progress=False)  # postings stay on disk
         sc = model.scores
         self.num_docs = int(sc["num_docs"])
         self.data, self.indices, self.indptr = sc["data"], sc["indices"], np.asarray(sc["indptr"], np.int64)

@@ -1,11 +1,34 @@
 """How the services are started: all on this machine, or as Ray actors."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Dict
 
 
 class LauncherKind(str, Enum):
     local = "local"
     ray = "ray"
+
+
+class RayBind(str, Enum):
+    auto = "auto"  # the node's IP on a multi-node cluster, else 127.0.0.1
+    loopback = "loopback"  # 127.0.0.1: every process of the run on one node
+    node_ip = "node_ip"  # the node's IP, with a fresh shared token per run
+
+
+class PlacementStrategy(str, Enum):
+    """Ray placement-group strategies for the learner ranks."""
+    PACK = "PACK"
+    SPREAD = "SPREAD"
+    STRICT_PACK = "STRICT_PACK"
+    STRICT_SPREAD = "STRICT_SPREAD"
+
+
+@dataclass
+class RayRoleResources:
+    """What one actor of a role reserves; negative: what the run plan asks for."""
+    num_cpus: float = -1.0  # plan: 1
+    num_gpus: float = -1.0  # plan: 1 per SGLang generator, else 0
+    resources: Dict[str, float] = field(default_factory=dict)  # custom Ray resources, e.g. {"gpu_node": 1}
 
 
 @dataclass
@@ -14,3 +37,12 @@ class LauncherConfig:
     learner_ranks: int = 1
     health_timeout_s: float = 120.0
     restart_failed: bool = True
+    # launcher: ray
+    # "auto": the running cluster (RAY_ADDRESS, `ray start`) else a new local instance;
+    # "local": always a new local instance (stopped at the end); or "HOST:PORT"
+    ray_address: str = "auto"
+    ray_namespace: str = "areal-mem"
+    ray_bind: RayBind = RayBind.auto
+    ray_learner_strategy: PlacementStrategy = PlacementStrategy.PACK
+    # per role (retriever, generator, buffer, learner, rollout), e.g. ray_resources.learner.num_gpus=1
+    ray_resources: Dict[str, RayRoleResources] = field(default_factory=dict)

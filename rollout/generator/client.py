@@ -15,6 +15,7 @@ import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -27,6 +28,7 @@ from .types import GenerationResult, SamplingParams
 log = logging.getLogger(__name__)
 
 PAUSE_MODES = ("abort", "retract", "in_place")
+STICKY_CAPACITY = 65536  # trajectories remembered for stickiness (least recently used forgotten)
 # Called with (route, JSON payload) for every request sent / response received (contract tests).
 Hook = Callable[[str, Any], None]
 
@@ -87,7 +89,7 @@ class GeneratorClient:
         self.token, self.timeout_s, self.max_retries = token, timeout_s, max_retries
         self.cooldown_s, self.flush_retry_s = cooldown_s, flush_retry_s
         self.on_request, self.on_response = on_request, on_response
-        self._sticky: Dict[str, _Server] = {}
+        self._sticky: "OrderedDict[str, _Server]" = OrderedDict()
         self._rid_server: Dict[str, _Server] = {}
         self._active: set = set()  # rids of this client's generate calls in progress
         self._cancelled: set = set()  # ... of those, the ones abort_request ended on purpose
@@ -137,10 +139,14 @@ class GeneratorClient:
         if sticky_key is not None:
             s = self._sticky.get(sticky_key)
             if s is not None and s in up:
+                self._sticky.move_to_end(sticky_key)
                 return s
         s = min(up, key=lambda s: s.outstanding)
         if sticky_key is not None:
             self._sticky[sticky_key] = s
+            self._sticky.move_to_end(sticky_key)
+            if len(self._sticky) > STICKY_CAPACITY:
+                self._sticky.popitem(last=False)
         return s
 
     def forget(self, sticky_key: str) -> None:
@@ -164,9 +170,19 @@ class GeneratorClient:
         logps: List[float] = []
         versions: List[int] = []
         failures = resumes = 0
-        text = ""
+        text, server_url = "", ""
         t0 = time.monotonic()
+
+        def result(kind: str, matched=None) -> GenerationResult:
+            return GenerationResult(
+                output_ids=out_ids, logprobs=logps, versions=versions, finish_reason=kind,
+                matched_stop=matched, prompt_tokens=len(input_ids),
+                meta={"rid": rid, "server": server_url, "resumes": resumes, "failures": failures,
+                      "e2e_latency": time.monotonic() - t0, "text": text})
+
         while True:
+            if rid in self._cancelled:  # aborted between two attempts
+                return result("abort")
             remaining = sampling.max_new_tokens - len(out_ids)
             params = replace(sampling, max_new_tokens=remaining)
             if sampling.min_new_tokens:
@@ -191,6 +207,7 @@ class GeneratorClient:
             finally:
                 server.outstanding -= 1
                 self._rid_server.pop(rid, None)
+            server_url = server.url
             meta = body["meta_info"]
             entries = meta.get("output_token_logprobs") or []
             ids = [e[1] for e in entries]
@@ -208,12 +225,7 @@ class GeneratorClient:
                 elif rid not in self._cancelled:
                     resumes += 1  # paused for a weight update: resend; the server holds it until continue
                     continue
-            return GenerationResult(
-                output_ids=out_ids, logprobs=logps, versions=versions, finish_reason=kind,
-                matched_stop=finish.get("matched"), prompt_tokens=len(input_ids),
-                meta={"rid": rid, "server": server.url, "resumes": resumes, "failures": failures,
-                      "e2e_latency": time.monotonic() - t0, "text": text},
-            )
+            return result(kind, finish.get("matched"))
 
     # ---- admin calls (the learner's side); each goes to every server ----
     async def _all(self, method: str, route: str, payload: Optional[dict] = None,
@@ -245,8 +257,13 @@ class GeneratorClient:
         if rid in self._active:
             self._cancelled.add(rid)
         s = self._rid_server.get(rid)
-        targets = [s] if s is not None else self.servers
-        await asyncio.gather(*(self._call(t, "POST", "/abort_request", {"rid": rid}) for t in targets))
+        if s is None:  # not in flight from here (or between two attempts): ask every server
+            await self._all("POST", "/abort_request", {"rid": rid})
+            return
+        try:
+            await self._call(s, "POST", "/abort_request", {"rid": rid})
+        except _ServerDown as e:
+            raise GeneratorError(str(e), 0, s.url) from e
 
     async def update_weights_from_disk(self, path: str, version: int,
                                        abort_all_requests: bool = False) -> List[dict]:

@@ -1,60 +1,84 @@
-"""`areal-mem generator serve`: the embedded generator server (SGLang's HTTP API, PyTorch)."""
+"""`areal-mem generator serve`: one generator server, configured by `generator.*`.
+
+With `generator.backend: embedded` (the default) it is the embedded PyTorch server that
+speaks SGLang's HTTP API; with `sglang` it runs `python -m sglang.launch_server` in the
+foreground. Either way the URL goes to `--ready-file` once the server answers `/health`.
+"""
 from __future__ import annotations
 
 import argparse
-import os
 
-from areal_mem.config.generator import GeneratorConfig
-
-HELP = "generator servers: `serve` runs the embedded PyTorch server that speaks SGLang's HTTP API"
+HELP = "generator servers (subcommand: serve): the embedded PyTorch server or SGLang"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", metavar="<action>", required=True)
-    d = GeneratorConfig()
-    p = sub.add_parser("serve", help="serve a Hugging Face causal LM with continuous batching",
-                       description="Serve a Hugging Face causal LM over SGLang's native HTTP API "
-                                   "(/generate, weight updates, pause/continue) with continuous "
-                                   "batching and a KV cache. Binds 127.0.0.1 unless told otherwise; "
-                                   "another address needs a token (env AREAL_MEM_GENERATOR_TOKEN).")
-    p.add_argument("--model", required=True, help="model folder in Hugging Face format")
-    p.add_argument("--host", default=d.host, help="address to bind (default %(default)s)")
-    p.add_argument("--port", type=int, default=d.port, help="port; 0 lets the OS pick (default %(default)s)")
-    p.add_argument("--port-file", default=None, help="write the bound port here once listening")
-    p.add_argument("--max-batch-size", type=int, default=d.max_batch_size,
-                   help="most requests decoded together (default %(default)s)")
-    p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N (default %(default)s)")
-    p.add_argument("--dtype", default=d.dtype, choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--max-context-len", type=int, default=d.max_context_len,
-                   help="prompt + output limit; 0: the model's max_position_embeddings")
-    p.add_argument("--weight-group-timeout", type=float, default=d.weight_group_timeout_s,
-                   help="seconds to wait for the weight-update group's rendezvous and broadcasts")
-    p.add_argument("--torch-threads", type=int, default=d.torch_threads,
-                   help="torch CPU threads; 0: torch's default, all cores (default %(default)s)")
+    from areal_mem.commands.config_args import add_config_arguments
+
+    from .launch import TOKEN_ENV
+
+    sub = parser.add_subparsers(dest="generator_command", metavar="<subcommand>", required=True)
+    p = sub.add_parser(
+        "serve", help="serve a Hugging Face causal LM over SGLang's HTTP API until SIGTERM/SIGINT",
+        description="Serve a Hugging Face causal LM over SGLang's native HTTP API (/generate, "
+                    "weight updates, pause/continue). The embedded backend decodes with continuous "
+                    "batching and a KV cache on CPU or one GPU. Config keys: generator.* (see "
+                    "docs/generator.md), e.g. generator.max_batch_size=32 generator.device=cpu. "
+                    "Binds 127.0.0.1 unless told otherwise; another address needs a token "
+                    f"(generator.token or ${TOKEN_ENV}).")
+    p.add_argument("--model", help="model folder in Hugging Face format (default: model.path)")
+    p.add_argument("--host", help="bind address (default: generator.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: generator.port; 0 picks a free one)")
+    p.add_argument("--ready-file", metavar="FILE", help="write the server URL here once it serves")
+    p.add_argument("--weight-version", default="0",
+                   help="version of the weights it starts with, e.g. after a restart (default 0)")
+    add_config_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
+    import os
     import signal
+    import sys
+
+    from omegaconf import OmegaConf
+
+    from areal_mem.config import ConfigError, load_config
+    from areal_mem.process import write_ready_file
+    from areal_mem.security import InsecureBindError, check_bind
+
+    from .launch import TOKEN_ENV
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    cfg = load_config(args.config, args.overrides, optional=["model.path"])
+    g = cfg.generator
+    model = args.model or OmegaConf.select(cfg, "model.path", default="")
+    if not model:
+        raise ConfigError("no model: pass --model PATH or set model.path")
+    host = args.host or g.host
+    port = g.port if args.port is None else args.port
+    token = g.token or os.environ.get(TOKEN_ENV, "")
+    try:
+        check_bind("generator", host, token)
+    except InsecureBindError as e:
+        print(f"areal-mem generator: {e}", file=sys.stderr)
+        return 2
+    if g.backend == "sglang":
+        return _serve_sglang(model, host, port, token, list(g.sglang_args), g.startup_timeout_s,
+                             args.ready_file)
 
     import torch
 
-    from areal_mem.security import check_bind
-
-    from .launch import TOKEN_ENV
     from .server import build_server, serve
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    token = os.environ.get(TOKEN_ENV, "")
-    check_bind("generator", args.host, token)
-    if args.torch_threads > 0:
-        torch.set_num_threads(args.torch_threads)
-    server = build_server(args.model, args.max_batch_size, args.device, args.dtype,
-                          args.max_context_len, token, args.weight_group_timeout)
+    if g.torch_threads > 0:
+        torch.set_num_threads(g.torch_threads)
+    server = build_server(model, g.max_batch_size, g.device, g.dtype, g.max_context_len, token,
+                          g.weight_group_timeout_s, args.weight_version)
 
     async def main() -> None:
-        task = asyncio.ensure_future(serve(server, args.host, args.port, args.port_file))
+        task = asyncio.ensure_future(serve(server, host, port,
+                                           lambda url: write_ready_file(args.ready_file, url)))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)
@@ -64,4 +88,22 @@ def run(args: argparse.Namespace) -> int:
             pass
 
     asyncio.run(main())
+    print("areal-mem generator: stopped", flush=True)
     return 0
+
+
+def _serve_sglang(model: str, host: str, port: int, token: str, extra, timeout_s: float,
+                  ready_file) -> int:
+    """SGLang in the foreground: ready once healthy, stopped with this process."""
+    import signal
+
+    from areal_mem.process import write_ready_file
+
+    from .launch import start_sglang_servers
+
+    (handle,) = start_sglang_servers(model, 1, host, port, token, extra, timeout_s)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: handle.stop())
+    print(f"areal-mem generator: SGLang serving {model} on {handle.url}", flush=True)
+    write_ready_file(ready_file, handle.url)
+    return handle.child.proc.wait()

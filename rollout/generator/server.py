@@ -13,7 +13,7 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from aiohttp import web
@@ -165,6 +165,7 @@ class GeneratorServer:
             await asyncio.to_thread(self.engine.load_weights, named, version, complete)
         except (BadRequest, WeightLoadError, ValueError, OSError, RuntimeError) as e:
             return web.json_response({"success": False, "message": f"{type(e).__name__}: {e}"}, status=400)
+        log.info("%s: loaded %d tensors, weight_version %s", request.path, len(named), self.engine.version)
         held = self.engine.in_flight() if self.engine.paused else 0
         return web.json_response({"success": True, "num_paused_requests": held,
                                   "message": f"loaded {len(named)} tensors, weight_version {self.engine.version}"})
@@ -258,7 +259,8 @@ class GeneratorServer:
 
 
 def build_server(model_path: str, max_batch_size: int = 32, device: str = "auto", dtype: str = "float32",
-                 max_context_len: int = 0, token: str = "", group_timeout_s: float = 600.0) -> GeneratorServer:
+                 max_context_len: int = 0, token: str = "", group_timeout_s: float = 600.0,
+                 weight_version: str = "0") -> GeneratorServer:
     """Load the model (and its tokenizer, if the folder has one) and start the engine."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -278,7 +280,7 @@ def build_server(model_path: str, max_batch_size: int = 32, device: str = "auto"
         eos.add(tokenizer.eos_token_id)
     ctx = max_context_len or getattr(cfg, "max_position_embeddings", 4096)
     decode = (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)) if tokenizer else None
-    engine = Engine(model, eos, max_batch_size, ctx, decode).start()
+    engine = Engine(model, eos, max_batch_size, ctx, decode, weight_version).start()
     meta = ModelMeta(model_path, int(cfg.vocab_size), ctx)
     return GeneratorServer(engine, meta, tokenizer, token, group_timeout_s)
 
@@ -290,19 +292,18 @@ def _generation_config(path: str, cls):
         return None
 
 
-async def serve(server: GeneratorServer, host: str, port: int, port_file: Optional[str] = None) -> None:
-    """Serve until cancelled; `port_file` receives the bound port (atomically) once listening."""
+async def serve(server: GeneratorServer, host: str, port: int,
+                on_ready: Optional[Callable[[str], None]] = None) -> None:
+    """Serve until cancelled; `on_ready(url)` once listening (port 0: the OS picked one)."""
     runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]
-    if port_file:
-        tmp = f"{port_file}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(str(bound))
-        os.replace(tmp, port_file)
-    print(f"generator: serving {server.meta.model_path} on http://{host}:{bound}", flush=True)
+    url = f"http://{host}:{site._server.sockets[0].getsockname()[1]}"
+    print(f"areal-mem generator: serving {server.meta.model_path} on {url} "
+          f"(weight_version {server.engine.version})", flush=True)
+    if on_ready:
+        on_ready(url)
     try:
         await asyncio.Event().wait()
     finally:

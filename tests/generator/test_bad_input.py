@@ -89,3 +89,19 @@ def test_token_is_required_when_set_and_never_optional_off_loopback(tiny_model_d
         assert "s3cret" not in h.log_tail(10 ** 6)
     finally:
         h.stop()
+
+
+def test_serve_command_refuses_bad_setups(tmp_path):
+    import subprocess
+    import sys
+
+    def serve(*argv):
+        return subprocess.run([sys.executable, "-m", "areal_mem.cli", "generator", "serve", *argv],
+                              capture_output=True, text=True, timeout=120)
+
+    r = serve()
+    assert r.returncode == 2 and "no model: pass --model PATH or set model.path" in r.stderr
+    r = serve("--model", str(tmp_path), "--host", "0.0.0.0")
+    assert r.returncode == 2 and "refusing to bind '0.0.0.0' without a shared token" in r.stderr
+    r = serve("--model", str(tmp_path), "generator.max_batch_size=many")
+    assert r.returncode == 2 and "generator.max_batch_size" in r.stderr

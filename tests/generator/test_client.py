@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from rollout.generator.client import GeneratorClient, GeneratorUnavailable, token_versions
+from rollout.generator.client import GeneratorUnavailable, client_from_config, token_versions
 from areal_mem.config.generator import GeneratorConfig
 from rollout.generator.launch import start_generators, start_sglang_servers
 from rollout.generator.types import SamplingParams
@@ -27,8 +27,9 @@ def test_routing_stickiness_and_failover(two_servers, checker, h):
     sp = SamplingParams(max_new_tokens=40, ignore_eos=True)
 
     async def go():
-        async with GeneratorClient([a.url, b.url], max_retries=2, cooldown_s=30.0,
-                                   on_request=checker.request, on_response=checker.response) as c:
+        cfg = GeneratorConfig(max_retries=2, server_cooldown_s=30.0)
+        async with client_from_config(cfg, [a.url, b.url], on_request=checker.request,
+                                      on_response=checker.response) as c:
             spread = await asyncio.gather(*(c.generate(p, sp) for p in prompts))
             # a trajectory's turns stay on one server even when the other is less loaded
             sticky = await asyncio.gather(*(c.generate(p, sp, sticky_key="traj-1") for p in prompts[:4]))
@@ -59,6 +60,6 @@ def test_token_versions_from_spans():
 
 def test_sglang_launcher_reports_a_server_that_cannot_start(tmp_path):
     """The GPU path's helper: a server that dies at start-up is reported with its log."""
-    with pytest.raises(RuntimeError, match="generator exited with code") as e:
+    with pytest.raises(RuntimeError, match="sglang0 exited while waiting for /health") as e:
         start_sglang_servers(str(tmp_path), startup_timeout_s=120)
-    assert "log" in str(e.value)
+    assert "last lines of" in str(e.value)

@@ -5,6 +5,8 @@ import asyncio
 import copy
 import time
 
+import aiohttp
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -69,9 +71,16 @@ def test_disk_update_and_interrupted_requests(fresh_server, ref_model, checker, 
             in_place = await interrupted(c, "in_place", 3)
             with pytest.raises(GeneratorError, match="model.norm.weight: shape \\[3\\]"):
                 await c.update_weights_from_disk(bad_path, 9)
-            return before, answers, after, info, aborted, in_place, await c.weight_versions()
+            final = await c.weight_versions()
+            async with aiohttp.ClientSession() as s:
+                async with s.post(fresh_server.url + "/update_weight_version",
+                                  json={"new_version": "10", "abort_all_requests": False}) as r:
+                    assert r.status == 200
+            relabelled = await c.generate(prompt, sp)
+            return before, answers, after, info, aborted, in_place, final, relabelled
 
-    before, answers, after, info, aborted, in_place, final_versions = asyncio.run(go())
+    before, answers, after, info, aborted, in_place, final_versions, relabelled = asyncio.run(go())
+    assert relabelled.versions == [10] * 16
     assert answers[0]["success"] is True
     assert info[fresh_server.url]["weight_version"] == "1"
     assert before.versions == [0] * 16 and after.versions == [1] * 16

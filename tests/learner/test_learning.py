@@ -1,6 +1,7 @@
 """GRPO on the tiny model through the whole loop: buffer, embedded generator, `areal-mem
 learner` with distributed pushes and probe checks. The mean reward rises from near chance to
 above 0.9; a learner killed mid-run resumes (`resume: auto`) at the next step and version."""
+import asyncio
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import time
 import pytest
 
 from areal_mem.buffer.launch import BufferProcess
+from rollout.generator.client import GeneratorClient
 from rollout.generator.launch import start_embedded_generator
 
 from tests.learner._task import Producer
@@ -29,6 +31,13 @@ def _learner(run_dir, model_dir, buffer_url, gen_url, log_path):
     env["OMP_NUM_THREADS"] = "1"
     log = open(log_path, "w")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log
+
+
+def _generator_version(url):
+    async def go():
+        async with GeneratorClient([url]) as c:
+            return (await c.weight_versions())[url]
+    return asyncio.run(go())
 
 
 def _steps(log_path):
@@ -89,12 +98,17 @@ def test_grpo_learns_first_token_and_resumes_after_kill(tiny_model_dir, tmp_path
         assert p2.wait(60) == 0
         f2.close()
         steps, text = _steps(log2)
-        assert f"resumed from step {saved['step']}, version {saved['version']}" in text
-        assert steps[0][0] == saved["step"] + 1
+        m = re.search(r"resumed from step (\d+), version (\d+)", text)
+        assert m and int(m.group(1)) == saved["step"]
+        resumed_version = int(m.group(2))  # above the checkpoint's when the dead learner pushed more
+        assert resumed_version >= saved["version"]
+        assert steps[0][0] == saved["step"] + 1  # the next step
         assert steps[-1][0] <= 40  # within the bounded number of steps
         with open(state_path) as f:
             final = json.load(f)
-        assert final["step"] == final["version"] == steps[-1][0]
+        assert final["step"] == steps[-1][0]
+        assert final["version"] == resumed_version + final["step"] - saved["step"]
+        assert _generator_version(gen.url) == final["version"]
     finally:
         for p in procs:
             if p.poll() is None:
