@@ -31,6 +31,7 @@ from rollout.generator.types import GenerationResult, SamplingParams  # noqa: E4
 from rollout.oracle import read_context, search_call, split_documents  # noqa: E402
 
 FACTS_KEPT = 2
+FLAT_MAX = 1.2  # MemSearcher's context may vary this much over the search turns and still count as flat
 
 
 class AlwaysSearchPolicy:
@@ -160,12 +161,16 @@ def main() -> int:
     search_turns = rows[: args.turns]
     mem = [r["memsearcher"] for r in search_turns]
     react = [r["react"] for r in search_turns]
-    print(f"\nover the {args.turns} search turns: MemSearcher max/min {max(mem) / min(mem):.2f} (flat), "
-          f"ReAct turn {args.turns} / turn 1 {react[-1] / react[0]:.2f} (grows)")
+    flat, growth = max(mem) / min(mem), react[-1] / react[0]
+    print(f"\nover the {args.turns} search turns: MemSearcher max/min {flat:.2f} (flat), "
+          f"ReAct turn {args.turns} / turn 1 {growth:.2f} (grows)")
     _plot(rows, os.path.join(args.out, "context_length.png"))
     with open(os.path.join(args.out, "context_length.json"), "w", encoding="utf-8") as f:
         json.dump({"questions": args.questions, "turns": args.turns, "rows": rows}, f, indent=2)
     print(f"plot: {os.path.join(args.out, 'context_length.png')}")
+    if flat > FLAT_MAX or (args.turns > 1 and growth < 1.5):
+        print(f"FAILED: expected MemSearcher max/min <= {FLAT_MAX} and ReAct growth >= 1.5")
+        return 1
     return 0
 
 

@@ -23,6 +23,7 @@ from typing import Dict, List
 import aiohttp
 import numpy as np
 
+from areal_mem.config.retriever import Dtype, RetrieverConfig
 from areal_mem.world import build_world
 from retriever.build import build_index
 from retriever.encoder import set_threads
@@ -40,6 +41,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--window-ms", type=float, default=0.0, help="micro-batch window")
     p.add_argument("--threads", type=int, default=1, help="torch/faiss threads of builds and servers")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="dense encoder dtype")
     p.add_argument("--kinds", nargs="+", default=["bm25", "dense"], choices=["bm25", "dense"])
     p.add_argument("--workdir", default="", help="reuse worlds/indexes here (default: a temp folder)")
     p.add_argument("--reuse-indexes", action="store_true", help="keep indexes already in --workdir")
@@ -78,9 +80,9 @@ async def drive(url: str, queries: List[str], n: int, concurrency: int) -> Dict[
     return {"qps": n / wall, "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
 
 
-def search_cost(index_dir: str, queries: List[str]) -> Dict[str, float]:
+def search_cost(index_dir: str, queries: List[str], dtype: str) -> Dict[str, float]:
     """In-process ms per query of `Index.search`, alone and in one batch: the ceiling of the ratio."""
-    index = load_index(index_dir)
+    index = load_index(index_dir, dtype=dtype)
     index.search(queries[:4], 5)
     start = time.perf_counter()
     for q in queries:
@@ -108,13 +110,15 @@ def main() -> None:
             queries += [json.loads(line)["question"] for line in f]
 
     builds, serving, compute = [], [], []
+    cfg = RetrieverConfig()
+    cfg.encoder.dtype = Dtype(args.dtype)
     for kind in args.kinds:
         src = corpus if kind == "bm25" else head(corpus, os.path.join(work, "dense_corpus.jsonl"), args.dense_passages)
-        index_dir = os.path.join(work, f"index_{kind}")
+        index_dir = os.path.join(work, "index_bm25" if kind == "bm25" else f"index_dense{args.dense_passages}_{args.dtype}")
         if args.reuse_indexes and os.path.exists(os.path.join(index_dir, "manifest.json")):
             m = Manifest.load(index_dir)  # its build_seconds were measured when it was built
         else:
-            m = build_index(src, index_dir, kind)
+            m = build_index(src, index_dir, kind, cfg)
         builds.append({"kind": kind, "passages": m.count, "seconds": m.build_seconds,
                        "passages_per_s": m.count / m.build_seconds})
 
@@ -124,7 +128,7 @@ def main() -> None:
             for mode, batch in modes.items():
                 servers[mode] = start_retriever(index_dir, overrides=[
                     f"retriever.max_batch_size={batch}", f"retriever.batch_window_ms={args.window_ms}",
-                    f"retriever.threads={args.threads}"])
+                    f"retriever.threads={args.threads}", f"retriever.encoder.dtype={args.dtype}"])
             for c in args.concurrency:  # the two modes back to back per level: same machine load
                 for mode, server in servers.items():
                     cell = asyncio.run(drive(server.url, queries, args.requests, c))
@@ -133,9 +137,9 @@ def main() -> None:
         finally:
             for server in servers.values():
                 server.stop()
-        compute.append({"kind": kind, "docs": m.count, **search_cost(index_dir, queries[:64])})
+        compute.append({"kind": kind, "docs": m.count, **search_cost(index_dir, queries[:64], args.dtype)})
 
-    print("\nIndex build (one pass over the corpus; threads=%d)\n" % args.threads)
+    print(f"\nIndex build (one pass over the corpus; threads={args.threads}, dense encoder {args.dtype})\n")
     print("| index | passages | seconds | passages/s |\n| --- | ---: | ---: | ---: |")
     for b in builds:
         print(f"| {b['kind']} | {b['passages']} | {b['seconds']:.1f} | {b['passages_per_s']:.0f} |")

@@ -16,11 +16,14 @@ def init_distributed() -> None:
         return
     import deepspeed
 
-    if "RANK" not in os.environ:
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+    if "RANK" in os.environ:
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+    else:  # not launched: a group of one; only LOCAL_RANK (which DeepSpeed reads) is set, so
+        # child processes do not try to join this group
+        os.environ.setdefault("LOCAL_RANK", "0")
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, rank=0, world_size=1,
+                                   init_method=f"tcp://127.0.0.1:{free_port()}")
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
 

@@ -123,6 +123,6 @@ def _serve(args: argparse.Namespace) -> int:
         rc.encoder.path = args.encoder or rc.encoder.path
         explicit_encoder = rc.encoder
     index = load_index(args.index or rc.index_dir, encoder=explicit_encoder, corpus_path=args.corpus,
-                       faiss=rc.faiss, device=rc.encoder.device)
+                       faiss=rc.faiss, device=rc.encoder.device, dtype=rc.encoder.dtype)
     serve(index, rc, ready_file=args.ready_file)
     return 0

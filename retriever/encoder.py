@@ -15,7 +15,7 @@ from typing import Callable, List, Optional, Sequence
 import numpy as np
 import torch
 
-from areal_mem.config.retriever import EncoderConfig, Pooling
+from areal_mem.config.retriever import Dtype, EncoderConfig, Pooling
 
 
 def default_encoder_path() -> str:
@@ -34,6 +34,15 @@ def set_threads(n: int) -> None:
         faiss.omp_set_num_threads(n)
 
 
+def _fingerprint(model: torch.nn.Module) -> str:
+    """sha256 of the weights as loaded: the same model found at another path still matches."""
+    sha = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        sha.update(name.encode())
+        sha.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return "sha256:" + sha.hexdigest()
+
+
 class Encoder:
     def __init__(self, cfg: EncoderConfig):
         from transformers import AutoModel, AutoTokenizer
@@ -42,20 +51,10 @@ class Encoder:
         self.path = cfg.path or default_encoder_path()
         local = os.path.isdir(self.path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=local)
-        self.model = AutoModel.from_pretrained(self.path, local_files_only=local).to(cfg.device).eval()
+        model = AutoModel.from_pretrained(self.path, local_files_only=local)
+        self.fingerprint = _fingerprint(model)  # before any dtype cast: the same at every dtype
+        self.model = model.to(cfg.device, getattr(torch, Dtype(cfg.dtype).value)).eval()
         self.dim = int(self.model.config.hidden_size)
-        self._fingerprint = ""
-
-    @property
-    def fingerprint(self) -> str:
-        """sha256 of the weights: the same model found at another path still matches."""
-        if not self._fingerprint:
-            sha = hashlib.sha256()
-            for name, t in sorted(self.model.state_dict().items()):
-                sha.update(name.encode())
-                sha.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-            self._fingerprint = "sha256:" + sha.hexdigest()
-        return self._fingerprint
 
     def identity(self) -> dict:
         """What must match between an index and the encoder that queries it."""
@@ -63,6 +62,7 @@ class Encoder:
         for k in ("path", "batch_size", "device"):
             settings.pop(k)
         settings["pooling"] = Pooling(settings["pooling"]).value
+        settings["dtype"] = Dtype(settings["dtype"]).value
         return {"path": self.path, "fingerprint": self.fingerprint, "dim": self.dim, **settings}
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
@@ -88,7 +88,7 @@ class Encoder:
         batch = self.tokenizer(
             texts, padding=True, truncation=True, max_length=self.cfg.max_length, return_tensors="pt"
         ).to(self.cfg.device)
-        hidden = self.model(**batch).last_hidden_state
+        hidden = self.model(**batch).last_hidden_state.float()  # pool and normalise in float32
         if Pooling(self.cfg.pooling) == Pooling.cls:
             emb = hidden[:, 0]
         else:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from areal_mem.config.retriever import EncoderConfig, FaissConfig, IndexKind, Pooling
+from areal_mem.config.retriever import Dtype, EncoderConfig, FaissConfig, IndexKind, Pooling
 
 from .corpus import corpus_checksum
 from .docstore import DocStore
@@ -30,11 +30,11 @@ class Index:
         return [[(next(docs), float(score)) for _, score in h] for h in hits]
 
 
-def _encoder_from_manifest(manifest: Manifest, device: str) -> EncoderConfig:
+def _encoder_from_manifest(manifest: Manifest, device: str, dtype: Dtype) -> EncoderConfig:
     e = manifest.encoder
     return EncoderConfig(path=e["path"], pooling=Pooling(e["pooling"]), normalize=e["normalize"],
                          query_prefix=e["query_prefix"], passage_prefix=e["passage_prefix"],
-                         max_length=e["max_length"], device=device)
+                         max_length=e["max_length"], device=device, dtype=Dtype(dtype))
 
 
 def load_index(
@@ -43,6 +43,7 @@ def load_index(
     corpus_path: Optional[str] = None,
     faiss: Optional[FaissConfig] = None,
     device: str = "cpu",  # for the encoder named by the manifest
+    dtype: Dtype | str = Dtype.float32,  # likewise
 ) -> Index:
     """Open `index_dir`; refuse it if `corpus_path` or the encoder does not match its manifest.
 
@@ -65,6 +66,6 @@ def load_index(
     from .encoder import Encoder
 
     given = encoder is not None
-    enc = Encoder(encoder if given else _encoder_from_manifest(manifest, device))
+    enc = Encoder(encoder if given else _encoder_from_manifest(manifest, device, dtype))
     manifest.check_encoder(enc.identity(), where=None if given else "the model at that path has changed")
     return Index(manifest, docs, DenseSearcher(index_dir, enc, faiss or FaissConfig()))

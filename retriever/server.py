@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 from typing import Optional
 
 from aiohttp import web
 
 from areal_mem.config.retriever import RetrieverConfig
+from areal_mem.process import write_ready_file
 from areal_mem.security import bearer_auth_middleware, check_bind
 
 from .batcher import MicroBatcher
@@ -119,10 +119,6 @@ def serve(index: Index, cfg: RetrieverConfig, ready_file: Optional[str] = None) 
     check_bind("retriever", cfg.host, cfg.token)
     sock = bind(cfg.host, cfg.port)
     url = url_of(sock, cfg.host)
-    if ready_file:
-        tmp = ready_file + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(url)
-        os.replace(tmp, ready_file)
+    write_ready_file(ready_file or "", url)  # the socket already listens: early clients queue
     print(f"retriever: serving {index.manifest.kind} index of {index.count} documents at {url}", flush=True)
     web.run_app(make_app(index, cfg), sock=sock, access_log=None, print=None, handle_signals=True)

@@ -34,21 +34,17 @@ class ContextView:
     memory: str
     phase: str  # "action" or "memory"
     responses: List[str]  # documents text of each tool response in the last user message
-    searches: int  # tool responses anywhere in the context (ReAct's turn count)
 
 
 def read_context(text: str) -> ContextView:
-    q = None
-    for q in _QUESTION.finditer(text):
-        pass
+    q = _QUESTION.search(text)
     question = q.group(1).strip() if q else ""
-    m = _MEMORY.search(text, q.end()) if q else None
+    m = _MEMORY.search(text, q.end()) if q else None  # the user's memory, not the instruction's tags
     last_user = text.rpartition(IM_START + "user\n")[2]
     memory_phase = text.endswith(ASSISTANT_HEADER) and "<tool_response>" in last_user
     return ContextView(question=question, memory=m.group(1).strip() if m else "",
                        phase="memory" if memory_phase else "action",
-                       responses=[r.group(2) for r in _RESPONSE.finditer(last_user)],
-                       searches=text.count("<tool_response>"))
+                       responses=[r.group(2) for r in _RESPONSE.finditer(last_user)])
 
 
 def split_documents(docs_text: str) -> Dict[str, str]:

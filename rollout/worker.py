@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 from areal_mem.trajectory import Group, Trajectory
 
 from .tasks import TaskCursor
-from .workflows.base import Workflow, WorkflowContext
+from .workflows.base import Workflow, WorkflowContext, run_episode
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class RolloutWorker:
     async def _group(self, slot: str, version: int, task: Any, group_id: str) -> None:
         try:
             trajs: List[Trajectory] = await asyncio.gather(*(
-                self.workflow.run(task, self.ctx, f"{group_id}/{j}") for j in range(self.group_size)))
+                run_episode(self.workflow, task, self.ctx, f"{group_id}/{j}") for j in range(self.group_size)))
             for traj in trajs:
                 traj.start_version = version
             stored = await asyncio.to_thread(self.buffer.put_group, Group(group_id, trajs), slot)

@@ -40,13 +40,17 @@ def _start_generators(cfg, stack: contextlib.ExitStack) -> List[str]:
         handles = start_sglang_servers(cfg.model.path, num_servers=g.num_servers, host=g.host, port=g.port,
                                        token=g.token, extra_args=list(g.sglang_args),
                                        startup_timeout_s=g.startup_timeout_s)
+        for h in handles:
+            stack.callback(h.stop)
     else:
-        handles = [start_embedded_generator(cfg.model.path, host=g.host, port=g.port, token=g.token,
-                                            max_batch_size=g.max_batch_size, device=g.device,
-                                            dtype=g.dtype, max_context_len=g.max_context_len,
-                                            startup_timeout_s=g.startup_timeout_s)]
-    for h in handles:
-        stack.callback(h.stop)
+        handles = []
+        for i in range(g.num_servers):
+            h = start_embedded_generator(cfg.model.path, host=g.host, port=g.port + i if g.port else 0,
+                                         token=g.token, max_batch_size=g.max_batch_size, device=g.device,
+                                         dtype=g.dtype, max_context_len=g.max_context_len,
+                                         startup_timeout_s=g.startup_timeout_s)
+            stack.callback(h.stop)  # registered at once: a later failure still stops this one
+            handles.append(h)
     log.info("started generator(s) %s", [h.url for h in handles])
     return [h.url for h in handles]
 

@@ -13,6 +13,7 @@ needs `run_dir` (and the config) on a shared file system.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import signal
@@ -26,15 +27,19 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import (NodeAffinitySchedulingStrategy,
                                             PlacementGroupSchedulingStrategy)
 
+from retriever.command import TOKEN_ENV as RETRIEVER_TOKEN_ENV
+from rollout.generator.launch import TOKEN_ENV as GENERATOR_TOKEN_ENV
+
+from ..buffer.command import TOKEN_ENV as BUFFER_TOKEN_ENV
 from ..config.launcher import RayBind
 from ..process import ChildProcess
 from .local import LocalLauncher
-from .plan import ProcessSpec, learner_specs
+from .plan import ProcessSpec, learner_specs, service_specs, worker_specs
 from .ray_actor import ProcessActor
 
 log = logging.getLogger(__name__)
 ROLES = ("retriever", "generator", "buffer", "learner", "rollout")
-TOKEN_ENVS = ("AREAL_MEM_BUFFER_TOKEN", "AREAL_MEM_GENERATOR_TOKEN", "AREAL_MEM_RETRIEVER_TOKEN")
+TOKEN_ENVS = (BUFFER_TOKEN_ENV, GENERATOR_TOKEN_ENV, RETRIEVER_TOKEN_ENV)
 CALL_TIMEOUT_S = 60.0  # one control call to an actor (poll, signal, log tail)
 LOST = -1  # exit code reported for a process whose actor (or node) is gone
 
@@ -99,7 +104,7 @@ class RayLauncher(LocalLauncher):
         unknown = sorted(set(lc.ray_resources) - set(ROLES))
         if unknown:
             raise ValueError(f"launcher.ray_resources.{unknown[0]}: unknown role; one of {', '.join(ROLES)}")
-        self.owns_ray = connect(lc.ray_address, lc.ray_namespace)
+        self.owns_ray = connect(lc.ray_address, lc.ray_namespace, self.plan_cpus())
         nodes = [n for n in ray.nodes() if n["Alive"]]
         self.bind_node_ip = lc.ray_bind == RayBind.node_ip or (lc.ray_bind == RayBind.auto and len(nodes) > 1)
         token = secrets.token_hex(16) if self.bind_node_ip else ""
@@ -120,6 +125,13 @@ class RayLauncher(LocalLauncher):
             gpus = role.num_gpus if role.num_gpus >= 0 else gpus
             res.update(role.resources)
         return {"num_cpus": cpus, "num_gpus": gpus, "resources": res}
+
+    def plan_cpus(self) -> int:
+        """The CPUs every actor of the run reserves together (a local instance gets at least these)."""
+        specs = [*service_specs(self.cfg, self.config_path),
+                 *learner_specs(self.cfg, self.config_path, self.addresses, "", 0),
+                 *worker_specs(self.cfg, self.config_path, self.addresses)]
+        return math.ceil(sum(self.actor_options(s)["num_cpus"] for s in specs))
 
     def _actor(self, spec: ProcessSpec, strategy=None) -> "ray.actor.ActorHandle":
         opts = self.actor_options(spec)
@@ -205,9 +217,11 @@ class RayLauncher(LocalLauncher):
         return next((n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == ip), "")
 
 
-def connect(address: str, namespace: str) -> bool:
+def connect(address: str, namespace: str, local_cpus: int) -> bool:
     """Join the cluster at `address` ("auto": the running one, else a new local instance;
-    "local": always a new local instance). True when this call started the instance."""
+    "local": always a new local instance, with at least `local_cpus` logical CPUs so that every
+    process of the run is placed, as the local launcher would start them all). True when this
+    call started the instance."""
     if ray.is_initialized():
         return False
     if address != "local":
@@ -218,5 +232,6 @@ def connect(address: str, namespace: str) -> bool:
             if address != "auto":
                 raise
         log.info("ray: no running cluster found; starting a local instance")
-    ray.init(address="local", namespace=namespace, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", namespace=namespace, num_cpus=max(os.cpu_count() or 1, local_cpus),
+             include_dashboard=False, log_to_driver=False)
     return True

@@ -67,9 +67,12 @@ ensure_token() {
    "$dir/.venv/bin/python" -c 'import secrets; print(secrets.token_hex(32))' > "$token_file")
 }
 
+# through a new file, so a shared home (the same file as the source) is not truncated first
+push_token='umask 077 && mkdir -p ~/.ray && cat > ~/.ray/auth_token.new && mv ~/.ray/auth_token.new ~/.ray/auth_token'
+
 start_node() {  # HOST RAY_START_ARGS...
   local host=$1; shift
-  on "$host" 'umask 077 && mkdir -p ~/.ray && cat > ~/.ray/auth_token' < "$token_file"
+  on "$host" "$push_token" < "$token_file"
   local cmd="cd '$dir' && RAY_AUTH_MODE=token '$ray' start --disable-usage-stats $*${RAY_START_ARGS:+ $RAY_START_ARGS}"
   if [[ $block == 1 ]]; then
     on "$host" "$cmd --block" < /dev/null &

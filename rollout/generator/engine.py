@@ -10,6 +10,7 @@ token records the weight version that sampled it.
 from __future__ import annotations
 
 import collections
+import inspect
 import logging
 import threading
 import time
@@ -75,6 +76,9 @@ class Engine:
         self._rng = torch.Generator(device=self.device)  # for requests without a sampling_seed
         self._rng.seed()
         self._mask = self._pos = self._last = None  # [B, L], [B], [B]
+        # transformers renamed `past_key_values` to `cache` (5.x); take whichever forward has
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._thread = threading.Thread(target=self._loop, name="generator-engine", daemon=True)
 
     # ---- lifecycle and control (any thread) ----
@@ -199,8 +203,8 @@ class Engine:
                             r.complete({"type": "abort", "message": error})
 
     def _forward(self, ids, mask, pos, cache):
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                         cache=cache, use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                         logits_to_keep=1, **{self._cache_kw: cache})
         return out.logits[:, -1]
 
     def _prefill(self, joiners: List[Request]) -> None:

@@ -31,9 +31,6 @@ class ServerHandle:
     def log_path(self) -> str:
         return self.child.log_path
 
-    def alive(self) -> bool:
-        return self.child.alive()
-
     def log_tail(self, n: int = 4000) -> str:
         return self.child.log_tail(n)
 

@@ -34,7 +34,6 @@ class ModelMeta:
     model_path: str
     vocab_size: int
     max_context_len: int
-    served_model_name: str = ""
 
 
 def load_safetensors_dir(path: str) -> List[Tuple[str, torch.Tensor]]:
@@ -122,7 +121,7 @@ class GeneratorServer:
     async def model_info(self, request: web.Request) -> web.Response:
         return web.json_response({
             "model_path": self.meta.model_path, "tokenizer_path": self.meta.model_path,
-            "served_model_name": self.meta.served_model_name or self.meta.model_path,
+            "served_model_name": self.meta.model_path,
             "is_generation": True, "preferred_sampling_params": None,
             "weight_version": self.engine.version, "max_context_length": self.meta.max_context_len,
         })
@@ -295,7 +294,8 @@ def _generation_config(path: str, cls):
 async def serve(server: GeneratorServer, host: str, port: int,
                 on_ready: Optional[Callable[[str], None]] = None) -> None:
     """Serve until cancelled; `on_ready(url)` once listening (port 0: the OS picked one)."""
-    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)
+    # handler_cancellation: a client that hangs up cancels its handler, which aborts its request
+    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

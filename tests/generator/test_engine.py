@@ -29,6 +29,9 @@ def engine(ref_model):
     e.stop()
 
 
+N = 200  # tokens per request: enough steps that a busy CPU cannot finish them before we look
+
+
 def _req(rid, prompt, done, n=30, seed=None, **kw):
     g = torch.Generator()
     g.manual_seed(seed if seed is not None else hash(rid) % 1000)
@@ -39,18 +42,18 @@ def test_requests_share_steps_and_join_a_running_batch(engine, ref_model, h):
     prompts = h.make_prompts(12, ref_model.config.vocab_size, seed=10)
     col = Collector(12)
     for i, p in enumerate(prompts[:8]):
-        engine.submit(_req(str(i), p, col, n=60))
+        engine.submit(_req(str(i), p, col, n=N))
     while engine.steps < 5:
         time.sleep(0.005)
     joined_at = engine.steps
     for i, p in enumerate(prompts[8:], start=8):
-        engine.submit(_req(str(i), p, col, n=60))
-    assert col.event.wait(60)
-    assert all(len(r.output_ids) == 60 for r in col.done.values())
-    # 12 requests x 60 tokens in about 60 + joined_at steps, not 720: they decode together,
+        engine.submit(_req(str(i), p, col, n=N))
+    assert col.event.wait(120)
+    assert all(len(r.output_ids) == N for r in col.done.values())
+    # 12 requests x N tokens in about N + joined_at steps, not 12 N: they decode together,
     # and the late four joined while the first eight were still running.
-    assert joined_at < 60
-    assert engine.steps <= 60 + joined_at + 3, engine.steps
+    assert joined_at < N
+    assert engine.steps <= N + joined_at + 3, engine.steps
     for i, p in enumerate(prompts):
         r = col.done[str(i)]
         ref = h.teacher_forced_logprobs(ref_model, p, r.output_ids)
@@ -61,7 +64,7 @@ def test_retract_requeues_and_finishes_exactly(engine, ref_model, h):
     prompts = h.make_prompts(4, ref_model.config.vocab_size, seed=11)
     col = Collector(4)
     for i, p in enumerate(prompts):
-        engine.submit(_req(str(i), p, col, n=60))
+        engine.submit(_req(str(i), p, col, n=N))
     while engine.steps < 10:
         time.sleep(0.005)
     assert engine.pause("retract") == 4
@@ -72,7 +75,7 @@ def test_retract_requeues_and_finishes_exactly(engine, ref_model, h):
     assert col.event.wait(60)
     for i, p in enumerate(prompts):
         r = col.done[str(i)]
-        assert len(r.output_ids) == 60 and r.spans == [["0", 0, 60]]
+        assert len(r.output_ids) == N and r.spans == [["0", 0, N]]
         ref = h.teacher_forced_logprobs(ref_model, p, r.output_ids)
         assert torch.allclose(torch.tensor(r.logprobs), ref, atol=1e-4)
 

@@ -137,3 +137,28 @@ def test_top_k_one_is_greedy(server, checker, ref_model, h):
 
     greedy, topk1 = asyncio.run(go())
     assert topk1.output_ids == greedy.output_ids and len(greedy.output_ids) == 6
+
+
+def test_text_input_is_tokenised_like_input_ids(server, sglang_api, tiny_model_dir):
+    import aiohttp
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    sp = {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            out = []
+            for body in ({"text": "The river city", "sampling_params": sp},
+                         {"input_ids": tok.encode("The river city", add_special_tokens=False), "sampling_params": sp}):
+                sglang_api.GenerateRequest.from_json_value(body)
+                async with s.post(server.url + "/generate", json=body) as r:
+                    assert r.status == 200
+                    out.append(sglang_api.GenerateResponse.from_json_value(await r.json()))
+            return out
+
+    by_text, by_ids = asyncio.run(go())
+    assert by_text.output_ids == by_ids.output_ids and len(by_text.output_ids) == 6
+    assert by_text.meta_info.prompt_tokens == by_ids.meta_info.prompt_tokens
+    assert by_text.text == tok.decode(by_text.output_ids, skip_special_tokens=True)
+    assert by_text.meta_info.output_token_logprobs is None  # return_logprob not asked

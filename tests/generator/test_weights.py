@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from areal_mem.net import free_port
 from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets, parse_dtype
-from rollout.generator.client import GeneratorClient, GeneratorError
+from rollout.generator.client import GeneratorClient, GeneratorError, GeneratorUnavailable
 from rollout.generator.types import SamplingParams
 
 LONG = 1500  # tokens: long enough that a pause 0.15 s in catches the request mid-way
@@ -163,9 +163,19 @@ def test_abort_request_and_flush_cache_retry(server, ref_model, h):
             await c.flush_cache()
             done_at["flush"] = time.monotonic()
             await task
-            return aborted, done_at
 
-    aborted, done_at = asyncio.run(go())
+        # a client that gives up (timeout) hangs up; the server stops working on its request
+        async with GeneratorClient([server.url], timeout_s=0.3, max_retries=0) as impatient, \
+                GeneratorClient([server.url]) as c:
+            with pytest.raises(GeneratorUnavailable):
+                await impatient.generate(prompt, SamplingParams(max_new_tokens=4000, ignore_eos=True))
+            t0 = time.monotonic()
+            await c.flush_cache(timeout_s=1.5)  # 400 while the abandoned request would still run
+            idle_after = time.monotonic() - t0
+        return aborted, done_at, idle_after
+
+    aborted, done_at, idle_after = asyncio.run(go())
+    assert idle_after < 1.5
     assert aborted.finish_reason == "abort" and aborted.meta["resumes"] == 0
     assert 0 < len(aborted.output_ids) < LONG
     assert done_at["flush"] >= done_at["gen"]  # 400 while busy, retried until it was idle

@@ -1,15 +1,22 @@
 """The Ray launcher runs the plan's real processes inside actors of a local Ray instance."""
+import json
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import psutil
 import pytest
+from pyarrow import flight
 
 ray = pytest.importorskip("ray")
 
 from areal_mem.buffer.client import BufferClient  # noqa: E402
 from areal_mem.config import load_config, save_resolved  # noqa: E402
+from areal_mem.launch.plan import ProcessSpec  # noqa: E402
 from areal_mem.launch.ray_launcher import RayLauncher  # noqa: E402
+from areal_mem.net import free_port  # noqa: E402
 from areal_mem.trajectory import Context, Group, Trajectory  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -18,7 +25,7 @@ NOWHERE = "http://127.0.0.1:9"  # the services a test does not start
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
@@ -75,8 +82,6 @@ def test_buffer_service_in_an_actor_serves_and_stops(local_ray, tmp_path):
 
 
 def test_node_ip_bind_uses_a_per_run_token_from_the_environment(local_ray, tmp_path):
-    from pyarrow import flight
-
     cfg, path = only_buffer(tmp_path, "launcher.ray_bind=node_ip")
     launcher = RayLauncher(cfg, path)
     try:
@@ -122,7 +127,7 @@ def test_a_dead_restartable_process_is_restarted_in_its_actor(local_ray, tmp_pat
         child = launcher.children["buffer"]
         assert child.restarts == 1 and child.alive()
         second = ray.get(launcher.actors["buffer"].pid.remote())
-        assert second != first
+        assert second != first and not running(first)
         with BufferClient(child.url) as client:  # the durable buffer serves again
             assert client.stats()["groups_put"] == 0
     finally:
@@ -146,9 +151,6 @@ print(json.dumps({"owns": launcher.owns_ray, "url": url, "groups": groups, "pids
 
 
 def test_a_local_instance_the_launcher_started_is_gone_after_stop(tmp_path):
-    import json
-    import subprocess
-    import sys
 
     done = subprocess.run(
         [sys.executable, "-c", OWN_INSTANCE, os.path.join(REPO, "configs", "debug_cpu.yaml"),
@@ -170,8 +172,6 @@ def test_unknown_role_in_ray_resources_is_named(local_ray, tmp_path):
 
 
 def test_actor_options_follow_the_plan_and_the_config(local_ray, tmp_path):
-    from areal_mem.launch.plan import ProcessSpec
-
     cfg, path = only_buffer(tmp_path, "launcher.ray_resources.learner.num_gpus=1",
                             "launcher.ray_resources.rollout.resources={worker_node: 0.5}")
     launcher = RayLauncher(cfg, path)
@@ -184,7 +184,6 @@ def test_actor_options_follow_the_plan_and_the_config(local_ray, tmp_path):
 
 
 def test_cluster_script_starts_the_head_first_and_keeps_the_token_off_command_lines(tmp_path):
-    import subprocess
 
     script = os.path.join(REPO, "examples", "multinode", "ray_cluster.sh")
     hosts = tmp_path / "hosts"
@@ -199,7 +198,8 @@ def test_cluster_script_starts_the_head_first_and_keeps_the_token_off_command_li
     assert start.returncode == 0, start.stderr
     lines = start.stdout.splitlines()
     ray_bin = os.path.join(REPO, ".venv", "bin", "ray")
-    push = "umask 077 && mkdir -p ~/.ray && cat > ~/.ray/auth_token"
+    push = ("umask 077 && mkdir -p ~/.ray && cat > ~/.ray/auth_token.new && "
+            "mv ~/.ray/auth_token.new ~/.ray/auth_token")
     assert lines[:6] == [
         f"[node-a] {push}",
         f"[node-a] cd '{REPO}' && RAY_AUTH_MODE=token '{ray_bin}' start --disable-usage-stats --head "
@@ -226,9 +226,6 @@ def test_cluster_script_starts_the_head_first_and_keeps_the_token_off_command_li
 
 
 def test_debug_recipe_runs_two_steps_through_ray_and_cleans_up(local_ray, tmp_path):
-    import json
-    import subprocess
-    import sys
 
     run_dir = tmp_path / "run"
     overrides = [  # the sizes of tests/launch/test_local_launcher.py
@@ -260,3 +257,96 @@ def test_debug_recipe_runs_two_steps_through_ray_and_cleans_up(local_ray, tmp_pa
     assert os.path.exists(run_dir / "final" / "config.json")
     for name in ("retriever", "generator0", "buffer", "learner", "rollout0"):
         assert os.path.exists(run_dir / "logs" / f"{name}.log"), name
+
+
+@pytest.mark.slow
+def test_cluster_script_starts_a_real_cluster_the_launcher_can_use(tmp_path):
+    """REMOTE=local: the one "host" is this machine; the cluster lives in the script's process group."""
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost\n")
+    port = free_port()
+    env = dict(os.environ, HOME=str(tmp_path), REMOTE="local", RAY_BLOCK="1", RAY_PORT=str(port),
+               HEAD_IP="127.0.0.1", RAY_START_ARGS="--num-cpus=4")
+    log = tmp_path / "script.log"  # a file: `ray start --block` keeps a pipe open forever
+    with open(log, "w") as out:
+        script = subprocess.Popen(["bash", os.path.join(REPO, "examples", "multinode", "ray_cluster.sh"),
+                                   str(hosts), "start"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    try:
+        assert script.wait(timeout=120) == 0, log.read_text()[-3000:]
+        assert f"ray cluster at 127.0.0.1:{port}: 1 nodes" in log.read_text()
+        done = subprocess.run(
+            [sys.executable, "-c", OWN_INSTANCE, os.path.join(REPO, "configs", "debug_cpu.yaml"),
+             f"run_dir={tmp_path / 'run'}", "launcher.kind=ray",
+             f"launcher.ray_address=127.0.0.1:{port}",
+             f"retriever.urls=[{NOWHERE}]", f"generator.urls=[{NOWHERE}]"],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+            env=dict(os.environ, HOME=str(tmp_path), RAY_AUTH_MODE="token"))
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert not result["owns"] and result["groups"] == 0
+        assert not run_dir_processes(tmp_path / "run")
+    finally:
+        # SIGTERM to `ray start --block` alone: it stops the node's processes itself
+        members = set(group_members(script.pid))
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            if p.info["pid"] in members and "--block" in (p.info["cmdline"] or []):
+                os.kill(p.info["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while group_members(script.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = group_members(script.pid)
+        if left:
+            os.killpg(script.pid, signal.SIGKILL)
+        current = "/tmp/ray/ray_current_cluster"  # `ray stop` would remove it; "auto" reads it
+        if os.path.exists(current):
+            with open(current, encoding="utf-8") as f:
+                stale = f.read().strip().endswith(f":{port}")
+            if stale:
+                os.unlink(current)
+    assert not left
+
+
+def group_members(pgid: int):
+    def in_group(pid: int) -> bool:
+        try:
+            return os.getpgid(pid) == pgid and running(pid)
+        except ProcessLookupError:
+            return False
+
+    return [p.pid for p in psutil.process_iter() if in_group(p.pid)]
+
+
+def test_two_learner_ranks_in_one_placement_group_train_a_step(local_ray, tmp_path, tiny_model_dir):
+    cfg, path = only_buffer(tmp_path, f"model.path={tiny_model_dir}", "launcher.learner_ranks=2",
+                            "learner.publisher=none", "learner.steps=1", "buffer.batch_groups=2",
+                            "learner.checkpoint_interval=100")
+    launcher = RayLauncher(cfg, path, poll_s=0.2)
+    try:
+        addresses = launcher.start_services()
+        with BufferClient(addresses.buffer) as client:
+            for g in range(2):
+                trajs = [Trajectory(f"g{g}/{t}", [Context(input_ids=[5 + t, 6, 7, 8, 9], prompt_len=2,
+                                                          loss_mask=[1, 1, 1], behav_logp=[-2.0] * 3,
+                                                          versions=[0] * 3)],
+                                    reward=float(t), start_version=0) for t in range(2)]
+                assert client.put_group(Group(f"g{g}", trajs))
+        launcher.start_learner()
+        table = ray.util.placement_group_table(launcher.pg)
+        assert table["state"] == "CREATED" and len(table["bundles"]) == 2
+        envs = [launcher.specs[f"learner{r}"].env for r in range(2)]
+        assert [e["RANK"] for e in envs] == ["0", "1"] and {e["WORLD_SIZE"] for e in envs} == {"2"}
+        assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"} and len({e["MASTER_PORT"] for e in envs}) == 1
+        assert launcher.supervise() == 0
+        assert [c.returncode for c in launcher.learners] == [0, 0]
+        with BufferClient(addresses.buffer) as client:  # the step trained on both groups
+            assert client.stats()["groups_acked"] == 2
+        pg = launcher.pg
+    finally:
+        launcher.stop_all()
+    assert ray.util.placement_group_table(pg)["state"] == "REMOVED"
+    with open(os.path.join(cfg.run_dir, "logs", "learner0.log"), encoding="utf-8") as f:
+        assert "[learner] done: step 1" in f.read()
+    assert os.path.exists(os.path.join(cfg.run_dir, "final", "config.json"))
+    assert not run_dir_processes(tmp_path)

@@ -30,3 +30,13 @@ def test_two_ranks_zero2_equal_one_rank(ranks, tiny_model_dir, tmp_path, mini):
         torch.testing.assert_close(w2[name], w1[name], atol=2e-5, rtol=1e-4, msg=name)
         moved = max(moved, (w1[name] - init[name]).abs().max().item())
     assert moved > 1e-4  # the step did change the weights
+
+
+@pytest.mark.slow
+def test_two_ranks_zero3_equal_one_rank_zero2(ranks, tiny_model_dir, tmp_path):
+    """ZeRO-3 partitions the parameters too; the gathered weights must still match."""
+    m1, w1 = _run(ranks, tiny_model_dir, tmp_path, 1, 2, 1)
+    m3, w3 = _run(ranks, tiny_model_dir, tmp_path, 2, 3, 1)
+    assert m3["loss"] == pytest.approx(m1["loss"], abs=1e-5)
+    for name in w1:
+        torch.testing.assert_close(w3[name], w1[name], atol=2e-5, rtol=1e-4, msg=name)

@@ -27,8 +27,7 @@ def _learner(run_dir, model_dir, buffer_url, gen_url, log_path):
            "buffer.batch_groups=8", "learner.steps=40", "learner.lr=3e-2", "learner.entropy_coef=0",
            "learner.checkpoint_interval=3", "learner.probe_check=true", "learner.export_hf=false",
            "learner.publisher=distributed", "learner.micro_batch_tokens=1024"]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["OMP_NUM_THREADS"] = "1"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     log = open(log_path, "w")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log
 

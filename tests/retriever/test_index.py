@@ -3,6 +3,7 @@ import os
 import shutil
 
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 
 from areal_mem.config.retriever import EncoderConfig, FaissIndexType, Pooling, RetrieverConfig
@@ -40,6 +41,17 @@ def test_recall_at_5_of_title_queries_on_dev(kind, dense_dir, bm25_dir, title_qu
     recall = _recall_at_5(index, title_queries)
     print(f"{kind} recall@5 on {len(title_queries)} dev title queries: {recall:.3f}")
     assert recall >= 0.9
+
+
+def test_bfloat16_queries_on_a_float32_index(dense_dir, title_queries):
+    """dtype is precision, not identity: the fingerprint is of the float32 weights, so it loads."""
+    fp32 = load_index(dense_dir)
+    bf16 = load_index(dense_dir, dtype="bfloat16")
+    assert bf16.searcher.encoder.model.dtype == torch.bfloat16
+    queries = [q for q, _ in title_queries[:16]]
+    a, b = fp32.searcher.encoder.encode_queries(queries), bf16.searcher.encoder.encode_queries(queries)
+    assert (a * b).sum(1).min() > 0.99
+    assert _recall_at_5(bf16, title_queries) >= 0.9
 
 
 def test_corpus_mismatch_is_refused(bm25_dir, corpus_path, tmp_path):

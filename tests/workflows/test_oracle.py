@@ -20,7 +20,7 @@ def test_read_context_and_documents():
             '<tool_response>{}\n"T1"\nText one.\n"T2"\nText two.\n</tool_response>\nPlease ... within '
             "<memory> </memory> tags.<|im_end|>\n<|im_start|>assistant\n")
     view = read_context(text)
-    assert (view.question, view.memory, view.phase, view.searches) == ("Who?", "A: b.", "memory", 1)
+    assert (view.question, view.memory, view.phase) == ("Who?", "A: b.", "memory")
     assert split_documents(view.responses[0]) == {"T1": "Text one.", "T2": "Text two."}
     assert read_context(text.rpartition("<|im_start|>user")[0]).phase == "action"
 

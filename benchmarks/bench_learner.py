@@ -1,0 +1,138 @@
+"""Learner-side costs measured side by side in one run: weight pushes and micro-batch packing.
+
+1. Weight push into a real embedded generator (subprocess on 127.0.0.1), pause -> push ->
+   continue, for: distributed broadcast in 512 MiB buckets, distributed with one tensor per
+   bucket (the per-parameter pattern users complain about), and an HF safetensors checkpoint
+   on disk + /update_weights_from_disk. Ratio = time / bucketed-distributed time.
+2. One optimiser step on the same rows (contexts of mixed length, as MemSearcher produces):
+   micro-batches packed by a token budget vs a fixed row count in arrival order. Ratio =
+   time / token-budget time; the padding column is padded tokens / real tokens.
+
+    .venv/bin/python benchmarks/bench_learner.py [--hidden 256 --layers 4 --rows 64 --repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+
+import torch
+from tqdm import tqdm
+
+
+def build_model(out: str, hidden: int, layers: int) -> str:
+    from areal_mem.config.model import TinyModelConfig
+    from areal_mem.tiny_model import init_model
+    from areal_mem.world import build_world
+
+    world = os.path.join(out, "world")
+    build_world(world, seed=0, passages=300, questions=100)
+    model = os.path.join(out, "model")
+    init_model(world, model, TinyModelConfig(hidden_size=hidden, intermediate_size=3 * hidden,
+                                             num_hidden_layers=layers, num_attention_heads=4,
+                                             num_key_value_heads=2), seed=0)
+    return model
+
+
+def mixed_rows(vocab: int, n: int, seed: int = 0):
+    from learner.batch import TrainRow
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        plen, rlen = rng.randint(32, 400), rng.choice([rng.randint(8, 64), rng.randint(200, 500)])
+        ids = [rng.randrange(3, vocab) for _ in range(plen + rlen)]
+        rows.append(TrainRow(ids, plen, [1] * rlen, [-3.0] * rlen, [0] * rlen,
+                             [rng.choice([-1.0, 1.0])] * rlen))
+    return rows
+
+
+def bench_push(engine, url: str, run_dir: str, repeats: int):
+    from learner.publishers import DiskPublisher, DistributedPublisher
+    from rollout.generator.client import GeneratorClient
+
+    pubs = {
+        "distributed, 512 MiB buckets": DistributedPublisher(engine, GeneratorClient([url]), bucket_mb=512),
+        "distributed, one tensor per bucket": DistributedPublisher(engine, GeneratorClient([url]), bucket_mb=1e-6),
+        "disk (safetensors + /update_weights_from_disk)": DiskPublisher(
+            engine, GeneratorClient([url]), os.path.join(run_dir, "weights"), keep=1),
+    }
+    times, version = {}, 0
+    for name, pub in pubs.items():
+        pub.setup()
+        best = float("inf")
+        for _ in tqdm(range(repeats), desc=name, leave=False):
+            version += 1
+            best = min(best, pub.publish(version).seconds)
+        times[name] = best
+        pub.close()
+    return times
+
+
+def bench_packing(engine, rows, repeats: int, budget: int, fixed_rows: int):
+    from learner.loss import ppo_token_loss
+    from learner.packing import pack_by_tokens
+
+    def loss_fn(b, logp, ent, e):
+        m = b["loss_mask"].to(logp.device)
+        return ppo_token_loss(logp, logp.detach(), b["behav_logp"], b["advantages"], m, engine.loss_cfg)
+
+    plans = {
+        f"token budget ({budget} padded tokens)": [[rows[i] for i in b]
+                                                   for b in pack_by_tokens([len(r) for r in rows], budget)],
+        f"fixed {fixed_rows} rows per micro-batch": [rows[i:i + fixed_rows]
+                                                     for i in range(0, len(rows), fixed_rows)],
+    }
+    real = sum(len(r) for r in rows)
+    out = {}
+    for name, micro in plans.items():
+        padded = sum(len(mb) * max(len(r) for r in mb) for mb in micro)
+        best = float("inf")
+        for _ in tqdm(range(repeats), desc=name, leave=False):
+            t0 = time.perf_counter()
+            engine._optimizer_step(micro, loss_fn, [{}] * len(micro))
+            best = min(best, time.perf_counter() - t0)
+        out[name] = (best, padded / real, len(micro))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--budget", type=int, default=4096)
+    ap.add_argument("--fixed-rows", type=int, default=8)
+    args = ap.parse_args()
+
+    from areal_mem.config.learner import LearnerConfig
+    from learner.engine import LearnerEngine
+    from rollout.generator.launch import start_embedded_generator
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_model(tmp, args.hidden, args.layers)
+        engine = LearnerEngine(model, LearnerConfig(lr=1e-5, micro_batch_tokens=args.budget))
+        n_params = sum(p.numel() for p in engine.engine.module.parameters())
+        with start_embedded_generator(model, max_batch_size=4) as gen:
+            push = bench_push(engine, gen.url, tmp, args.repeats)
+        rows = mixed_rows(engine.engine.module.config.vocab_size, args.rows)
+        pack = bench_packing(engine, rows, args.repeats, args.budget, args.fixed_rows)
+
+    print(f"\nmodel: {n_params / 1e6:.2f} M parameters (hidden {args.hidden}, {args.layers} layers), "
+          f"fp32; best of {args.repeats}; torch threads {torch.get_num_threads()}\n")
+    base = push["distributed, 512 MiB buckets"]
+    print(f"| weight push (pause -> push -> continue) | seconds | ratio |\n| --- | --- | --- |")
+    for name, t in push.items():
+        print(f"| {name} | {t:.3f} | {t / base:.2f} |")
+    base = next(iter(pack.values()))[0]
+    print(f"\n| one optimiser step, {args.rows} mixed-length contexts | micro-batches | padding | "
+          f"seconds | ratio |\n| --- | --- | --- | --- | --- |")
+    for name, (t, pad, n) in pack.items():
+        print(f"| {name} | {n} | {pad:.2f} | {t:.3f} | {t / base:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
