@@ -23,6 +23,8 @@ COMMANDS = {
     "data": "areal_mem.data.command",
     "eval": "areal_mem.evaluation.command",
     "learner": "learner.command",
+    "rollout": "rollout.command",
+    "train": "areal_mem.train",
     "sft": "learner.sft_command",
 }
 

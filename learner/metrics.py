@@ -2,6 +2,7 @@
 computed from a batch of groups (reward, EM/F1, turns, tokens, staleness, advantages)."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -69,10 +70,13 @@ class MetricsLogger:
         self.enabled = enabled
         self.stream = stream or sys.stderr
         self.writer = None
+        self.jsonl = None
         if enabled:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(os.path.join(run_dir, "tensorboard"))
+            # One JSON line per step: the launcher's progress bar and scripts read it.
+            self.jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8")
 
     def log(self, step: int, metrics: Dict[str, float], histograms: Optional[Dict[str, list]] = None,
             prefix: str = "train") -> None:
@@ -84,9 +88,12 @@ class MetricsLogger:
             if v:
                 self.writer.add_histogram(f"{prefix}/{k}", np.asarray(v), step)
         self.writer.flush()
+        self.jsonl.write(json.dumps({"kind": prefix, "step": step, **metrics}) + "\n")
+        self.jsonl.flush()
         shown = " ".join(f"{k}={metrics[k]:.4g}" for k in CONSOLE_KEYS if k in metrics)
         print(f"[{prefix} step {step}] {shown}", file=self.stream, flush=True)
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+            self.jsonl.close()

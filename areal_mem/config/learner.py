@@ -44,6 +44,10 @@ class SFTConfig:
     batch_rows: int = 64  # contexts per optimiser step
     lr: float = 1e-4
     out_dir: str = ""  # empty: <run_dir>/sft/model (checkpoints in <run_dir>/sft/checkpoints)
+    # `areal-mem train`: warm-start from oracle demonstrations of the synthetic world before RL.
+    warm_start: bool = False
+    oracle_questions: int = 0  # train questions to demonstrate; 0: all
+    oracle_mistake_rate: float = 0.1  # share of scripted mistakes, so RL has room to improve
 
 
 @dataclass

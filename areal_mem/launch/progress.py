@@ -27,6 +27,8 @@ class ProgressBar:
         self.offset += sum(len(line) for line in lines)
         for line in lines:
             row = json.loads(line)
+            if row.get("kind", "train") != "train":
+                continue
             self.bar.n = int(row.get("step", self.bar.n))
             self.bar.set_postfix({label: f"{row[k]:.3g}" for k, label in SHOWN if k in row},
                                  refresh=False)
