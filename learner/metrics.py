@@ -14,22 +14,27 @@ from areal_mem.trajectory import Group
 
 from .advantages import group_advantages
 
-CONSOLE_KEYS = ("reward", "loss", "pg_loss", "entropy", "clip_frac", "behav_weight", "kl_ref",
+CONSOLE_KEYS = ("reward", "em", "f1", "format_rate", "loss", "pg_loss", "entropy", "clip_frac", "behav_weight", "kl_ref",
                 "grad_norm", "staleness_mean", "dropped_stale", "wait_s", "step_s", "push_s")
 
 
 def batch_stats(groups: Sequence[Group], version: int, norm_std: bool = True) -> Dict[str, float]:
-    """Per-batch means over trajectories and contexts; `info` keys em/f1/format_ok when present."""
+    """Per-batch means over trajectories and contexts; the workflow's `info` keys em/f1/acc,
+    format_error (as a format rate) and num_turns when present."""
     trajs = [t for g in groups for t in g.trajectories]
     if not trajs:
         return {}
     out: Dict[str, float] = {"groups": len(groups), "trajectories": len(trajs)}
     out["reward"] = _mean([t.reward for t in trajs])
-    for key in ("em", "f1", "format_ok"):
+    for key in ("em", "f1", "acc"):
         vals = [float(t.info[key]) for t in trajs if t.info.get(key) is not None]
         if vals:
             out[key] = _mean(vals)
-    out["turns"] = _mean([len(t.contexts) for t in trajs])
+    formats = [t.info["format_error"] for t in trajs if t.info.get("format_error") is not None]
+    if formats:
+        out["format_rate"] = _mean([1.0 if not f else 0.0 for f in formats])
+    out["turns"] = _mean([t.info.get("num_turns") or len(t.contexts) for t in trajs])
+    out["contexts"] = _mean([len(t.contexts) for t in trajs])
     ctxs = [c for t in trajs for c in t.contexts]
     out["context_tokens"] = _mean([len(c.input_ids) for c in ctxs])
     out["context_tokens_max"] = float(max(len(c.input_ids) for c in ctxs))

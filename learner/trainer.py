@@ -115,7 +115,10 @@ class Trainer:
         end = steps if steps is not None else self.lcfg.steps
         previous = signal.signal(signal.SIGTERM, self.request_stop)
         try:
-            while self.state.step < end and not self._stop_agreed():
+            while self.state.step < end:
+                if self._stop_agreed():
+                    self.stop_requested = True
+                    break
                 self.step()
             if self.state.step % self.lcfg.checkpoint_interval:
                 self.ckpt.save(self.engine, self.state)  # at shutdown too
