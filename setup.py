@@ -8,7 +8,7 @@ from setuptools import find_packages, setup
 CORE = [
     "torch>=2.4,<2.14",
     "deepspeed>=0.15",
-    "transformers>=4.45",
+    "transformers>=4.56",
     "tokenizers>=0.20",
     "safetensors>=0.4",
     "pyarrow>=15",

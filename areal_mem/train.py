@@ -47,7 +47,8 @@ class TrainPipeline:
 
             log.info("building the synthetic world in %s", cfg.world.dir)
             w = cfg.world
-            build_world(w.dir, w.seed, w.passages, w.questions, w.dev_fraction, w.test_fraction)
+            build_world(w.dir, w.seed, w.passages, w.questions, w.dev_fraction, w.test_fraction,
+                        list(w.question_types), list(w.single_attributes))
         if cfg.model.build and not os.path.exists(os.path.join(cfg.model.path, "config.json")):
             from .tiny_model import init_model
 
@@ -133,7 +134,13 @@ class TrainPipeline:
         start = time.time()
         print(f"[train] {name} ... (log {path})", flush=True)
         with open(path, "ab") as f:
-            code = subprocess.call(CLI + argv, stdout=f, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(CLI + argv, stdout=f, stderr=subprocess.STDOUT)
+            try:
+                code = proc.wait()
+            finally:  # Ctrl-C / SIGTERM (raised as SystemExit below) leaves no stage running
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait()
         if code != 0:
             with open(path, "rb") as f:
                 tail = f.read()[-3000:].decode(errors="replace")
@@ -150,8 +157,20 @@ def _stop_on_signals(launcher) -> None:
         signal.signal(sig, handler)
 
 
+def _exit_on_signals() -> None:
+    def handler(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # One torch thread per process: the stages' processes (learner, generators, workers) share
+    # the cores, and oversubscribed torch threads are several times slower than one each.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _exit_on_signals()
     cfg = config_from_args(args)
     pipeline = TrainPipeline(cfg, evaluate=not args.no_eval)
     start = time.time()

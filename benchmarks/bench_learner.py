@@ -124,7 +124,7 @@ def main() -> None:
     print(f"\nmodel: {n_params / 1e6:.2f} M parameters (hidden {args.hidden}, {args.layers} layers), "
           f"fp32; best of {args.repeats}; torch threads {torch.get_num_threads()}\n")
     base = push["distributed, 512 MiB buckets"]
-    print(f"| weight push (pause -> push -> continue) | seconds | ratio |\n| --- | --- | --- |")
+    print("| weight push (pause -> push -> continue) | seconds | ratio |\n| --- | --- | --- |")
     for name, t in push.items():
         print(f"| {name} | {t:.3f} | {t / base:.2f} |")
     base = next(iter(pack.values()))[0]

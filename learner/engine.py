@@ -153,7 +153,9 @@ class LearnerEngine:
         cfg = self.cfg
         plan = self._plan(rows, cfg.mini_batches)
         recompute = cfg.decoupled and cfg.prox_logp == ProxMode.recompute
-        extras = [self._pre_pass(micro, recompute) for micro in plan]
+        # The first mini-batch trains the weights that define the proximal policy, so its
+        # proximal log-probs are its own (detached) log-probs: no extra pass for it.
+        extras = [self._pre_pass(micro, recompute and k > 0) for k, micro in enumerate(plan)]
         totals: Dict[str, float] = defaultdict(float)
         for k, (micro, ext) in enumerate(zip(plan, extras)):
             now = version + k / len(plan)
@@ -164,7 +166,7 @@ class LearnerEngine:
                 if not cfg.decoupled:
                     prox = behav
                 elif recompute:
-                    prox = e["prox_logp"]
+                    prox = e["prox_logp"] if "prox_logp" in e else logp.detach()
                 else:
                     prox = loglinear_prox_logp(behav, logp, b["versions"].to(logp.device), version, now)
                 return ppo_token_loss(logp, prox, behav, b["advantages"].to(logp.device), mask,

@@ -4,9 +4,12 @@ The oracle is a generator (the same protocol as the real client), so the real
 MemSearcher workflow, tool and retriever produce the rows and the demonstrations
 have exactly the format RL will see. From the prompt it reads the question and
 the memory; it knows each world question's supporting passages, searches their
-titles in order, keeps every found passage in the memory as `Title: text`, and
-answers in `\\boxed{}` once the memory holds them all. With `mistake_rate` it
-searches a wrong title, forgets the new passage, or answers wrongly.
+titles in order, keeps in the memory, as `Title: sentences`, only the sentences of
+each found passage that bear on the question (they name the answer or the bridge
+entity, or state a number for a comparison; the whole passage when none does), so
+a tiny model has little to copy, and answers in `\\boxed{}` once the memory holds
+them all. With `mistake_rate` it searches a wrong title, forgets the new passage,
+or answers wrongly.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ _QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL)
 _MEMORY = re.compile(r"<memory>(.*?)</memory>", re.DOTALL)
 _RESPONSE = re.compile(r"<tool_response>(.*?)\n(.*?)\n</tool_response>", re.DOTALL)
 _DOC_TITLE = re.compile(r'^"(.+?)"\n', re.MULTILINE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 
 
 @dataclass
@@ -55,6 +59,16 @@ def split_documents(docs_text: str) -> Dict[str, str]:
         end = starts[i + 1].start() if i + 1 < len(starts) else len(docs_text)
         out.setdefault(s.group(1), docs_text[s.end():end].strip())
     return out
+
+
+def fact_sentences(text: str, task: Task) -> str:
+    """The sentences of a passage that bear on `task`: they hold a golden answer or the bridge
+    entity, or (comparisons) a number; the whole text when none does."""
+    keys = [a for a in task.golden_answers if a] + [b for b in [task.metadata.get("bridge")] if b]
+    numbers = task.metadata.get("type") == "comparison"
+    kept = [x for x in _SENTENCE_END.split(text)
+            if any(k in x for k in keys) or (numbers and re.search(r"\d", x))]
+    return " ".join(kept) or text
 
 
 def search_call(query: str) -> str:
@@ -101,7 +115,9 @@ class OraclePolicy:
         for r in view.responses:
             docs.update(split_documents(r))
         if query in docs and not self._mistake():
-            facts.append(f"{query}: {docs[query]}")
+            task = self.tasks.get(view.question)
+            text = fact_sentences(docs[query], task) if task else docs[query]
+            facts.append(f"{query}: {text}")
         elif not facts:
             facts.append("Nothing useful found yet.")
         return "<memory> " + " ".join(facts) + " </memory>"

@@ -1,7 +1,15 @@
 """Where the synthetic search world lives and how big it is."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import List
 
 from omegaconf import II
+
+
+class QuestionType(str, Enum):
+    single = "single"  # one passage holds the answer
+    bridge = "bridge"  # two hops through a linking entity
+    comparison = "comparison"  # two passages, compare one attribute
 
 
 @dataclass
@@ -12,3 +20,8 @@ class WorldConfig:
     questions: int = 5000  # how many questions over all splits
     dev_fraction: float = 0.1
     test_fraction: float = 0.1
+    # which question types to write (mixed by their default shares); a small debug model
+    # learns single-hop questions within minutes
+    question_types: List[QuestionType] = field(default_factory=lambda: list(QuestionType))
+    # single-hop questions ask only for these facts (`kind.attr`, e.g. person.occupation); empty: all
+    single_attributes: List[str] = field(default_factory=list)

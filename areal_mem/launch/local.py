@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig
@@ -91,8 +91,8 @@ class LocalLauncher:
         log.warning("%s exited with %s; restarting", name, child.returncode)
         argv = None
         if name.startswith("generator"):  # same address, newest weights
-            argv = generator_argv(self.config_path, latest_weights(self.cfg.run_dir),
-                                  urlparse(child.url).port or 0)
+            path, version = latest_weights(self.cfg.run_dir)
+            argv = generator_argv(self.config_path, path, urlparse(child.url).port or 0, version)
         restarts = child.restarts + 1
         self._start(self.specs[name], argv).restarts = restarts
 
@@ -106,12 +106,14 @@ class LocalLauncher:
             child.stop(timeout_s=20)
 
 
-def latest_weights(run_dir: str) -> str:
-    """The newest HF export under `<run_dir>/weights/` (written by the disk publisher), or ''."""
+def latest_weights(run_dir: str) -> Tuple[str, int]:
+    """The newest push of the disk publisher (`<run_dir>/weights/vNNNNNN`) and its version,
+    or ('', 0). With the distributed publisher a restarted generator serves `model.path`
+    until the next push."""
     root = os.path.join(run_dir, "weights")
-    if not os.path.isdir(root):
-        return ""
-    versions = [d for d in os.listdir(root) if os.path.exists(os.path.join(root, d, "config.json"))]
-    if not versions:
-        return ""
-    return os.path.join(root, max(versions, key=lambda d: os.path.getmtime(os.path.join(root, d))))
+    found = [(int(d[1:]), os.path.join(root, d)) for d in (os.listdir(root) if os.path.isdir(root) else [])
+             if d[:1] == "v" and d[1:].isdigit() and os.path.exists(os.path.join(root, d, "config.json"))]
+    if not found:
+        return "", 0
+    version, path = max(found)
+    return path, version

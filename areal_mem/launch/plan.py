@@ -52,10 +52,11 @@ def service_specs(cfg: DictConfig, config_path: str) -> List[ProcessSpec]:
     return specs
 
 
-def generator_argv(config_path: str, model_path: str = "", port: int = 0) -> List[str]:
+def generator_argv(config_path: str, model_path: str = "", port: int = 0,
+                   weight_version: int = 0) -> List[str]:
     argv = ["generator", "serve", "--config", config_path]
     if model_path:
-        argv += ["--model", model_path]
+        argv += ["--model", model_path, "--weight-version", str(weight_version)]
     if port:
         argv += ["--port", str(port)]
     return argv

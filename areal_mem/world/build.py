@@ -11,18 +11,24 @@ import hashlib
 import json
 import os
 import random
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
 
 from .entities import Entity, make_entities
-from .questions import Question, questions_for_split
+from .questions import SHARES, Question, check_attributes, questions_for_split, type_shares
 from .render import render_passage
 
 SPLITS = ("train", "dev", "test")
 
 
 def build_world(out_dir: str, seed: int = 0, passages: int = 2000, questions: int = 5000,
-                dev_fraction: float = 0.1, test_fraction: float = 0.1) -> Dict[str, object]:
-    """Build the world into `out_dir` and return its manifest."""
+                dev_fraction: float = 0.1, test_fraction: float = 0.1,
+                question_types: Optional[Sequence[str]] = None,
+                single_attributes: Optional[Sequence[str]] = None) -> Dict[str, object]:
+    """Build the world into `out_dir` and return its manifest. `question_types` (default all)
+    restricts the questions to those types, `single_attributes` (`kind.attr`, default all) the
+    facts that single-hop questions ask for."""
+    shares = type_shares(question_types)
+    attributes = check_attributes(single_attributes)
     if passages < 50:
         raise ValueError(f"world.passages must be at least 50, got {passages}")
     if questions < 3:
@@ -55,12 +61,12 @@ def build_world(out_dir: str, seed: int = 0, passages: int = 2000, questions: in
     seen: Dict[str, bool] = {}
     counts: Dict[str, Dict[str, int]] = {}
     for split in SPLITS:
-        qs = questions_for_split(rng, split_of[split], by_name, targets[split], seen)
+        qs = questions_for_split(rng, split_of[split], by_name, targets[split], seen, shares, attributes)
         files[split] = os.path.join(out_dir, f"{split}.jsonl")
         with open(files[split], "w", encoding="utf-8") as f:
             for i, q in enumerate(qs):
                 f.write(json.dumps(_row(split, i, q, by_name, pid), ensure_ascii=False) + "\n")
-        counts[split] = {t: sum(q.type == t for q in qs) for t in ("single", "bridge", "comparison")}
+        counts[split] = {t: sum(q.type == t for q in qs) for t in SHARES}
         counts[split]["total"] = len(qs)
     manifest = {
         "seed": seed, "passages": len(entities), "distractors": len(entities) - len(real),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .entities import Entity
 
@@ -76,11 +76,13 @@ COMPARISON: Dict[str, List[Tuple[str, List[str]]]] = {
 SHARES = {"single": 0.5, "bridge": 0.3, "comparison": 0.2}
 
 
-def single_questions(rng: random.Random, pool: List[Entity]) -> List[Question]:
+def single_questions(rng: random.Random, pool: List[Entity],
+                     attributes: Optional[Sequence[str]] = None) -> List[Question]:
+    """One question per (entity, attribute); `attributes` (`kind.attr`, default all) restricts them."""
     out = []
     for e in pool:
         for attr, phrasings in SINGLE[e.kind].items():
-            if attr in e.attrs:
+            if attr in e.attrs and (attributes is None or f"{e.kind}.{attr}" in attributes):
                 out.append(Question(rng.choice(phrasings).format(s=e.name), [str(e.attrs[attr])],
                                     "single", [e.name]))
     return out
@@ -127,14 +129,42 @@ def _compare(rng: random.Random, a: Entity, b: Entity, attr: str, phrasings: Lis
     return Question(text, [winner.name], "comparison", [a.name, b.name])
 
 
+def check_attributes(attributes: Optional[Sequence[str]]) -> Optional[List[str]]:
+    """`kind.attr` names of single-hop questions; None or empty: all of them."""
+    if not attributes:
+        return None
+    known = [f"{k}.{a}" for k, attrs in SINGLE.items() for a in attrs]
+    unknown = [a for a in attributes if a not in known]
+    if unknown:
+        raise ValueError(f"world.single_attributes: unknown {unknown}; choose from {known}")
+    return list(attributes)
+
+
+def type_shares(types: Optional[Sequence[str]] = None) -> Dict[str, float]:
+    """SHARES restricted to `types` (all when None) and renormalised."""
+    chosen = list(SHARES) if types is None else [str(getattr(t, "value", t)) for t in types]
+    unknown = sorted(set(chosen) - set(SHARES))
+    if unknown or not chosen:
+        raise ValueError(f"world.question_types must be a non-empty subset of {list(SHARES)}, got {chosen}")
+    if set(chosen) == set(SHARES):
+        return dict(SHARES)
+    total = sum(SHARES[t] for t in SHARES if t in chosen)
+    return {t: SHARES[t] / total for t in SHARES if t in chosen}
+
+
 def questions_for_split(rng: random.Random, pool: List[Entity], by_name: Dict[str, Entity],
-                        count: int, seen: Dict[str, bool]) -> List[Question]:
-    """`count` questions about `pool`'s entities, mixed by SHARES, none already in `seen`."""
+                        count: int, seen: Dict[str, bool],
+                        shares: Optional[Dict[str, float]] = None,
+                        attributes: Optional[Sequence[str]] = None) -> List[Question]:
+    """`count` questions about `pool`'s entities, mixed by `shares` (default SHARES), none already
+    in `seen`; `attributes` restricts the single-hop ones (see `single_questions`)."""
+    shares = shares or SHARES
     candidates = {
-        "single": single_questions(rng, pool),
+        "single": single_questions(rng, pool, attributes),
         "bridge": bridge_questions(rng, pool, by_name),
         "comparison": comparison_questions(rng, pool, int(count * SHARES["comparison"]) + 10),
     }
+    candidates = {kind: items for kind, items in candidates.items() if kind in shares}
     for items in candidates.values():
         rng.shuffle(items)
     chosen: List[Question] = []
@@ -148,9 +178,9 @@ def questions_for_split(rng: random.Random, pool: List[Entity], by_name: Dict[st
                 chosen.append(q)
                 n -= 1
 
-    for kind, share in SHARES.items():
+    for kind, share in shares.items():
         take(kind, round(count * share))
-    for kind in SHARES:  # top up from whatever is left when one type runs short
+    for kind in shares:  # top up from whatever is left when one type runs short
         take(kind, count - len(chosen))
     rng.shuffle(chosen)
     return chosen

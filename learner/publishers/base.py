@@ -11,7 +11,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from .. import distributed as D
 from ..async_bridge import LoopThread
 from ..batch import TrainRow, broadcast_rows
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from collections import OrderedDict
@@ -28,6 +29,7 @@ from .types import GenerationResult, SamplingParams
 log = logging.getLogger(__name__)
 
 PAUSE_MODES = ("abort", "retract", "in_place")
+TOKEN_ENV = "AREAL_MEM_GENERATOR_TOKEN"  # the shared token, kept off command lines
 STICKY_CAPACITY = 65536  # trajectories remembered for stickiness (least recently used forgotten)
 # Called with (route, JSON payload) for every request sent / response received (contract tests).
 Hook = Callable[[str, Any], None]
@@ -86,7 +88,8 @@ class GeneratorClient:
         if not urls:
             raise ValueError("GeneratorClient needs at least one server url")
         self.servers = [_Server(u.rstrip("/")) for u in urls]
-        self.token, self.timeout_s, self.max_retries = token, timeout_s, max_retries
+        self.token = token or os.environ.get(TOKEN_ENV, "")
+        self.timeout_s, self.max_retries = timeout_s, max_retries
         self.cooldown_s, self.flush_retry_s = cooldown_s, flush_retry_s
         self.on_request, self.on_response = on_request, on_response
         self._sticky: "OrderedDict[str, _Server]" = OrderedDict()

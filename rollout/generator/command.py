@@ -14,7 +14,7 @@ HELP = "generator servers (subcommand: serve): the embedded PyTorch server or SG
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from areal_mem.commands.config_args import add_config_arguments
 
-    from .launch import TOKEN_ENV
+    from .client import TOKEN_ENV
 
     sub = parser.add_subparsers(dest="generator_command", metavar="<subcommand>", required=True)
     p = sub.add_parser(
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from areal_mem.process import write_ready_file
     from areal_mem.security import InsecureBindError, check_bind
 
-    from .launch import TOKEN_ENV
+    from .client import TOKEN_ENV
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = load_config(args.config, args.overrides, optional=["model.path"])
@@ -89,7 +89,10 @@ def run(args: argparse.Namespace) -> int:
 
     asyncio.run(main())
     print("areal-mem generator: stopped", flush=True)
-    return 0
+    # Everything is closed; skip the interpreter's teardown of torch and transformers, which
+    # takes seconds on a busy CPU and would slow every restart and test.
+    logging.shutdown()
+    os._exit(0)
 
 
 def _serve_sglang(model: str, host: str, port: int, token: str, extra, timeout_s: float,

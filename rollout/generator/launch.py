@@ -19,13 +19,14 @@ from areal_mem.net import free_port
 from areal_mem.process import ChildProcess, ready_file_path, wait_ready, wait_until
 from areal_mem.security import auth_headers, check_bind
 
-TOKEN_ENV = "AREAL_MEM_GENERATOR_TOKEN"
+from .client import TOKEN_ENV
 
 
 @dataclass
 class ServerHandle:
     url: str
     child: ChildProcess
+    temp_log: bool = False  # the log is a temp file of ours: removed after a clean exit
 
     @property
     def log_path(self) -> str:
@@ -36,7 +37,8 @@ class ServerHandle:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM the server's process group, SIGKILL it if it does not exit in time."""
-        self.child.stop(timeout_s)
+        if self.child.stop(timeout_s) == 0 and self.temp_log and os.path.exists(self.log_path):
+            os.unlink(self.log_path)
 
     def __enter__(self) -> "ServerHandle":
         return self
@@ -80,7 +82,7 @@ def start_embedded_generator(model_path: str, host: str = "127.0.0.1", port: int
     except BaseException:
         child.stop()
         raise
-    return ServerHandle(url, child)
+    return ServerHandle(url, child, temp_log=not log_path)
 
 
 def start_sglang_servers(model_path: str, num_servers: int = 1, host: str = "127.0.0.1",
@@ -98,7 +100,7 @@ def start_sglang_servers(model_path: str, num_servers: int = 1, host: str = "127
             if token:
                 cmd += ["--api-key", token]  # sglang takes no env var for it
             child = ChildProcess(f"sglang{i}", cmd, _log_path(f"sglang{i}")).start()
-            handles.append(ServerHandle(f"http://{host}:{p}", child))
+            handles.append(ServerHandle(f"http://{host}:{p}", child, temp_log=True))
         for h in handles:
             wait_until(lambda: health_ok(h.url, token), h.child, startup_timeout_s, "/health")
     except BaseException:

@@ -105,3 +105,12 @@ class Helpers:
 @pytest.fixture(scope="session")
 def h():
     return Helpers
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Reference passes here share the CPUs with the servers: one thread avoids oversubscription."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -16,7 +16,7 @@ from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets, pa
 from rollout.generator.client import GeneratorClient, GeneratorError, GeneratorUnavailable
 from rollout.generator.types import SamplingParams
 
-LONG = 1500  # tokens: long enough that a pause 0.15 s in catches the request mid-way
+LONG = 1000  # tokens: long enough that a pause 0.15 s in catches the request mid-way
 
 
 def _model_with(ref_model, state):
