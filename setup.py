@@ -27,7 +27,7 @@ CORE = [
 EXTRAS = {
     # CUDA-only: never part of the CPU install.
     "gpu": ["sglang==0.5.23", "faiss-gpu"],
-    "ray": ["ray[default]>=2.9"],
+    "ray": ["ray[default]>=2.52"],
     "test": ["pytest>=8", "pytest-timeout>=2.3", "msgspec>=0.18", "hypothesis>=6.100"],
 }
 

@@ -36,7 +36,8 @@ class LauncherConfig:
     kind: LauncherKind = LauncherKind.local
     learner_ranks: int = 1
     health_timeout_s: float = 120.0
-    restart_failed: bool = True
+    restart_failed: bool = True  # restart a dead rollout worker or generator
+    max_restarts: int = 10  # per process; one more death fails the run
     # launcher: ray
     # "auto": the running cluster (RAY_ADDRESS, `ray start`) else a new local instance;
     # "local": always a new local instance (stopped at the end); or "HOST:PORT"

@@ -2,8 +2,9 @@
 
 Services start in order, each ready (its URL in its ready file) before the next;
 then the learner ranks and the rollout workers. A rollout worker or generator
-that dies is restarted, a generator on its old port with the newest published
-weights; the learner finishing ends the run; `stop_all` (also on SIGINT/SIGTERM)
+that dies is restarted after a backoff (0, 1, 3, 7... s, at most 30 s; at most
+`launcher.max_restarts` times), a generator on its old port with the newest
+published weights; the learner finishing ends the run; `stop_all` (also on SIGINT/SIGTERM)
 stops every child, each in its own process group, so nothing is orphaned.
 Logs: `<run_dir>/logs/<name>.log`.
 """
@@ -36,6 +37,7 @@ class LocalLauncher:
         self.learners: List[ChildProcess] = []
         self.addresses = Addresses(list(cfg.retriever.urls), list(cfg.generator.urls), cfg.buffer.url)
         self._stopping = False
+        self._restart_due: Dict[str, float] = {}  # name -> when a dead child restarts (backoff)
 
     def _start(self, spec: ProcessSpec, argv: Optional[List[str]] = None) -> ChildProcess:
         argv = list(argv or spec.argv)
@@ -78,17 +80,25 @@ class LocalLauncher:
                 return failed[0].returncode
             if codes and codes[0] is not None:
                 return codes[0]
+            now = time.monotonic()
             for name, child in list(self.children.items()):
-                if self.specs[name].restart and not child.alive() and not self._stopping:
+                if not self.specs[name].restart or child.alive() or self._stopping:
+                    continue
+                due = self._restart_due.setdefault(name, now + min(30.0, 2.0 ** child.restarts - 1))
+                if now >= due:
+                    del self._restart_due[name]
                     self._restart(name, child)
             if on_tick:
                 on_tick()
             time.sleep(self.poll_s)
 
     def _restart(self, name: str, child: ChildProcess) -> None:
-        if not self.cfg.launcher.restart_failed:
-            raise child.failure("died and launcher.restart_failed is off")
-        log.warning("%s exited with %s; restarting", name, child.returncode)
+        limit = self.cfg.launcher.max_restarts
+        if not self.cfg.launcher.restart_failed or child.restarts >= limit:
+            raise child.failure(f"died after {child.restarts} restart(s) (launcher.restart_failed="
+                                f"{self.cfg.launcher.restart_failed}, launcher.max_restarts={limit})")
+        log.warning("%s exited with %s; restart %d of at most %d", name, child.returncode,
+                    child.restarts + 1, limit)
         argv = None
         if name.startswith("generator"):  # same address, newest weights
             path, version = latest_weights(self.cfg.run_dir)

@@ -135,21 +135,6 @@ def test_a_dead_restartable_process_is_restarted_in_its_actor(local_ray, tmp_pat
     assert not run_dir_processes(tmp_path)
 
 
-OWN_INSTANCE = """
-import json, sys, psutil
-from areal_mem.buffer.client import BufferClient
-from areal_mem.config import load_config, save_resolved
-from areal_mem.launch.ray_launcher import RayLauncher
-cfg = load_config([sys.argv[1]], sys.argv[2:])
-launcher = RayLauncher(cfg, save_resolved(cfg))
-url = launcher.start_services().buffer
-groups = BufferClient(url).stats()["groups_put"]
-pids = [p.pid for p in psutil.Process().children(recursive=True)]
-launcher.stop_all()
-print(json.dumps({"owns": launcher.owns_ray, "url": url, "groups": groups, "pids": pids}))
-"""
-
-
 def test_unknown_role_in_ray_resources_is_named(local_ray, tmp_path):
     cfg, path = only_buffer(tmp_path, "launcher.ray_resources.workers.num_cpus=2")
     with pytest.raises(ValueError, match=r"launcher.ray_resources.workers: unknown role"):
@@ -169,7 +154,6 @@ def test_actor_options_follow_the_plan_and_the_config(local_ray, tmp_path):
 
 
 def test_cluster_script_starts_the_head_first_and_keeps_the_token_off_command_lines(tmp_path):
-
     script = os.path.join(REPO, "examples", "multinode", "ray_cluster.sh")
     hosts = tmp_path / "hosts"
     hosts.write_text("# the job's nodes\nnode-a\n\n  node-b slots=8\nnode-c\n")
@@ -214,131 +198,17 @@ def ray_daemons():
     return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] in ("gcs_server", "raylet")}
 
 
-def test_debug_recipe_runs_two_steps_through_ray_and_cleans_up(tmp_path):
-    """`areal-mem train launcher.kind=ray` with no cluster to join: its own Ray instance, gone after."""
-
-    run_dir = tmp_path / "run"
-    overrides = [  # the sizes of tests/launch/test_local_launcher.py
-        f"run_dir={run_dir}", "world.passages=200", "world.questions=120",
-        "model.init.hidden_size=32", "model.init.intermediate_size=64",
-        "model.init.num_hidden_layers=1", "model.init.num_attention_heads=2",
-        "model.init.num_key_value_heads=1", "model.init.vocab_size=800",
-        "rollout.group_size=2", "rollout.max_turns=2", "rollout.max_new_tokens=24",
-        "rollout.max_concurrent_groups=4", "buffer.batch_groups=2", "learner.steps=2",
-        "learner.checkpoint_interval=100", "learner.sft.warm_start=false",
-        "launcher.kind=ray", "launcher.ray_address=local",
-    ]
+def test_debug_recipe_runs_two_steps_through_ray_and_cleans_up(tiny_train):
+    """`areal-mem train launcher.kind=ray` on its own Ray instance, gone after; the services bind the
+    node's IP as on a multi-node cluster, so every request (weight pushes too) carries the run's token."""
     daemons = ray_daemons()
-    cmd = [sys.executable, "-m", "areal_mem.cli", "train", "--config",
-           os.path.join(REPO, "configs", "debug_cpu.yaml"), "--no-eval", *overrides]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        out, _ = proc.communicate(timeout=420)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out[-5000:]
-    assert "ray: 1 node(s), services bind 127.0.0.1" in out
-    assert not run_dir_processes(run_dir)
+    code, out = tiny_train.run("launcher.kind=ray", "launcher.ray_address=local",
+                               "launcher.ray_bind=node_ip")
+    assert code == 0, out[-5000:]
+    assert "ray: 1 node(s), services bind their node IP (token auth)" in out
+    ip = ray.util.get_node_ip_address()
+    with open(tiny_train.run_dir / "logs" / "generator0.log", encoding="utf-8") as f:
+        assert f" on http://{ip}:" in f.read()
+    assert not tiny_train.leftover_processes()
     assert not [p for p in ray_daemons() - daemons if running(p)]  # its Ray instance stopped too
-    with open(run_dir / "metrics.jsonl", encoding="utf-8") as f:
-        steps = [json.loads(line) for line in f]
-    assert [s["step"] for s in steps] == [1, 2]
-    assert all(s["groups"] == 2 for s in steps)
-    assert os.path.exists(run_dir / "final" / "config.json")
-    for name in ("retriever", "generator0", "buffer", "learner", "rollout0"):
-        assert os.path.exists(run_dir / "logs" / f"{name}.log"), name
-
-
-@pytest.mark.slow
-def test_cluster_script_starts_a_real_cluster_the_launcher_can_use(tmp_path):
-    """REMOTE=local: the one "host" is this machine; the cluster lives in the script's process group."""
-
-    hosts = tmp_path / "hosts"
-    hosts.write_text("localhost\n")
-    port = free_port()
-    env = dict(os.environ, HOME=str(tmp_path), REMOTE="local", RAY_BLOCK="1", RAY_PORT=str(port),
-               HEAD_IP="127.0.0.1", RAY_START_ARGS="--num-cpus=4")
-    log = tmp_path / "script.log"  # a file: `ray start --block` keeps a pipe open forever
-    with open(log, "w") as out:
-        script = subprocess.Popen(["bash", os.path.join(REPO, "examples", "multinode", "ray_cluster.sh"),
-                                   str(hosts), "start"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
-    try:
-        assert script.wait(timeout=120) == 0, log.read_text()[-3000:]
-        assert f"ray cluster at 127.0.0.1:{port}: 1 nodes" in log.read_text()
-        done = subprocess.run(
-            [sys.executable, "-c", OWN_INSTANCE, os.path.join(REPO, "configs", "debug_cpu.yaml"),
-             f"run_dir={tmp_path / 'run'}", "launcher.kind=ray",
-             f"launcher.ray_address=127.0.0.1:{port}",
-             f"retriever.urls=[{NOWHERE}]", f"generator.urls=[{NOWHERE}]"],
-            cwd=REPO, capture_output=True, text=True, timeout=120,
-            env=dict(os.environ, HOME=str(tmp_path), RAY_AUTH_MODE="token"))
-        assert done.returncode == 0, done.stderr[-3000:]
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-        assert not result["owns"] and result["groups"] == 0
-        assert not run_dir_processes(tmp_path / "run")
-    finally:
-        # SIGTERM to `ray start --block` alone: it stops the node's processes itself
-        members = set(group_members(script.pid))
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            if p.info["pid"] in members and "--block" in (p.info["cmdline"] or []):
-                os.kill(p.info["pid"], signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        while group_members(script.pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        left = group_members(script.pid)
-        if left:
-            os.killpg(script.pid, signal.SIGKILL)
-        current = "/tmp/ray/ray_current_cluster"  # `ray stop` would remove it; "auto" reads it
-        if os.path.exists(current):
-            with open(current, encoding="utf-8") as f:
-                stale = f.read().strip().endswith(f":{port}")
-            if stale:
-                os.unlink(current)
-    assert not left
-
-
-def group_members(pgid: int):
-    def in_group(pid: int) -> bool:
-        try:
-            return os.getpgid(pid) == pgid and running(pid)
-        except ProcessLookupError:
-            return False
-
-    return [p.pid for p in psutil.process_iter() if in_group(p.pid)]
-
-
-@pytest.mark.slow  # about 30 s; the CI test above runs the learner in a placement group of one rank
-def test_two_learner_ranks_in_one_placement_group_train_a_step(local_ray, tmp_path, tiny_model_dir):
-    cfg, path = only_buffer(tmp_path, f"model.path={tiny_model_dir}", "launcher.learner_ranks=2",
-                            "learner.publisher=none", "learner.steps=1", "buffer.batch_groups=2",
-                            "learner.checkpoint_interval=100")
-    launcher = RayLauncher(cfg, path, poll_s=0.2)
-    try:
-        addresses = launcher.start_services()
-        with BufferClient(addresses.buffer) as client:
-            for g in range(2):
-                trajs = [Trajectory(f"g{g}/{t}", [Context(input_ids=[5 + t, 6, 7, 8, 9], prompt_len=2,
-                                                          loss_mask=[1, 1, 1], behav_logp=[-2.0] * 3,
-                                                          versions=[0] * 3)],
-                                    reward=float(t), start_version=0) for t in range(2)]
-                assert client.put_group(Group(f"g{g}", trajs))
-        launcher.start_learner()
-        table = ray.util.placement_group_table(launcher.pg)
-        assert table["state"] == "CREATED" and len(table["bundles"]) == 2
-        envs = [launcher.specs[f"learner{r}"].env for r in range(2)]
-        assert [e["RANK"] for e in envs] == ["0", "1"] and {e["WORLD_SIZE"] for e in envs} == {"2"}
-        assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"} and len({e["MASTER_PORT"] for e in envs}) == 1
-        assert launcher.supervise() == 0
-        assert [c.returncode for c in launcher.learners] == [0, 0]
-        with BufferClient(addresses.buffer) as client:  # the step trained on both groups
-            assert client.stats()["groups_acked"] == 2
-        pg = launcher.pg
-    finally:
-        launcher.stop_all()
-    assert ray.util.placement_group_table(pg)["state"] == "REMOVED"
-    with open(os.path.join(cfg.run_dir, "logs", "learner0.log"), encoding="utf-8") as f:
-        assert "[learner] done: step 1" in f.read()
-    assert os.path.exists(os.path.join(cfg.run_dir, "final", "config.json"))
-    assert not run_dir_processes(tmp_path)
+    tiny_train.check_finished()

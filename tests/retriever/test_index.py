@@ -43,6 +43,18 @@ def test_recall_at_5_of_title_queries_on_dev(kind, dense_dir, bm25_dir, title_qu
     assert recall >= 0.9
 
 
+@pytest.mark.parametrize("kind", ["dense", "bm25"])
+def test_a_batch_answers_like_its_queries_alone(kind, dense_dir, bm25_dir, title_queries):
+    """A batch goes through other kernels (dense: one matrix product, not faiss) than one query."""
+    index = load_index(dense_dir if kind == "dense" else bm25_dir)
+    queries = [q for q, _ in title_queries[:24]]
+    together = index.search(queries, 5)
+    for q, hits in zip(queries, together):
+        [alone] = index.search([q], 5)
+        assert [d["id"] for d, _ in hits] == [d["id"] for d, _ in alone]
+        assert [s for _, s in hits] == pytest.approx([s for _, s in alone], abs=1e-5)
+
+
 def test_bfloat16_queries_on_a_float32_index(dense_dir, title_queries):
     """dtype is precision, not identity: the fingerprint is of the float32 weights, so it loads."""
     fp32 = load_index(dense_dir)

@@ -48,7 +48,8 @@ def test_search_r1_shapes(server, request, title_queries):
     (q, pid), (q2, pid2) = title_queries[2], title_queries[3]
     status, out = post(url + "/retrieve", {"queries": [q, q2]})  # Search-R1's default topk is 3
     assert status == 200 and set(out) == {"result"} and [len(r) for r in out["result"]] == [3, 3]
-    assert all(is_doc(d) for r in out["result"] for d in r) and pid in [d["id"] for d in out["result"][0]]
+    assert all(is_doc(d) for r in out["result"] for d in r)
+    assert pid in [d["id"] for d in out["result"][0]] and pid2 in [d["id"] for d in out["result"][1]]
     plain = out["result"]
     status, out = post(url + "/retrieve", {"queries": [q, q2], "topk": 3, "return_scores": True})
     assert status == 200

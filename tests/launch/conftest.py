@@ -1,0 +1,61 @@
+"""Run `areal-mem train` on the debug recipe at a tiny size, and check what it leaves behind."""
+import json
+import os
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = [
+    "world.passages=200", "world.questions=120",
+    "model.init.hidden_size=32", "model.init.intermediate_size=64",
+    "model.init.num_hidden_layers=1", "model.init.num_attention_heads=2",
+    "model.init.num_key_value_heads=1", "model.init.vocab_size=800",
+    "rollout.group_size=2", "rollout.max_turns=2", "rollout.max_new_tokens=24",
+    "rollout.max_concurrent_groups=4", "buffer.batch_groups=2", "learner.steps=2",
+    "learner.checkpoint_interval=100", "learner.sft.warm_start=false",
+]
+
+
+class TinyTrain:
+    """`areal-mem train --no-eval` of configs/debug_cpu.yaml at the TINY size in `run_dir`."""
+
+    def __init__(self, run_dir):
+        self.run_dir = run_dir
+
+    def run(self, *overrides, timeout_s=420):
+        cmd = [sys.executable, "-m", "areal_mem.cli", "train", "--config",
+               os.path.join(REPO, "configs", "debug_cpu.yaml"), "--no-eval",
+               f"run_dir={self.run_dir}", *TINY, *overrides]
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        return proc.returncode, out
+
+    def leftover_processes(self):
+        return [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+                if str(self.run_dir) in " ".join(p.info["cmdline"] or [])]
+
+    def train_steps(self):
+        with open(self.run_dir / "metrics.jsonl", encoding="utf-8") as f:
+            return [row for row in map(json.loads, f) if row["kind"] == "train"]
+
+    def check_finished(self, steps=2, groups=2):
+        """The learner trained `steps` batches of `groups` groups and exported the final model."""
+        rows = self.train_steps()
+        assert [r["step"] for r in rows] == list(range(1, steps + 1))
+        assert all(r["groups"] == groups for r in rows)
+        assert os.path.exists(self.run_dir / "final" / "config.json")
+        for name in ("retriever", "generator0", "buffer", "learner", "rollout0"):
+            assert os.path.exists(self.run_dir / "logs" / f"{name}.log"), name
+
+
+@pytest.fixture
+def tiny_train(tmp_path):
+    return TinyTrain(tmp_path / "run")
