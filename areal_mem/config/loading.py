@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-from typing import Any, Iterable, Optional
+import typing
+from typing import Any, Dict, Iterable, Optional
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -102,18 +103,32 @@ def _merge(cfg: DictConfig, other: Any, source: str, yaml_path: str = "") -> Dic
 
 
 def _allowed_keys(cfg: DictConfig, parent: str) -> list:
+    typ = _schema_type(RunConfig, parent) if parent else RunConfig
+    if dataclasses.is_dataclass(typ):
+        return sorted(f.name for f in dataclasses.fields(typ))
     node = OmegaConf.select(cfg, parent) if parent else cfg
     return sorted(node.keys()) if isinstance(node, DictConfig) else []
 
 
-def _expected_type(schema: type, dotted: str) -> str:
-    """The declared type of `dotted` in the dataclass schema, e.g. 'int' or 'IndexKind: dense|bm25'."""
+def _schema_type(schema: type, dotted: str) -> Any:
+    """The declared type at `dotted`, walking dataclass fields and Dict[str, X] values."""
     typ: Any = schema
     for part in dotted.split("."):
+        if typing.get_origin(typ) in (dict, Dict):
+            typ = typing.get_args(typ)[1]
+            continue
         fields = {f.name: f for f in dataclasses.fields(typ)} if dataclasses.is_dataclass(typ) else {}
         if part not in fields:
-            return "a value"
+            return None
         typ = fields[part].type  # schema modules do not postpone annotations
+    return typ
+
+
+def _expected_type(schema: type, dotted: str) -> str:
+    """The declared type of `dotted` in the dataclass schema, e.g. 'int' or 'IndexKind: dense|bm25'."""
+    typ = _schema_type(schema, dotted)
+    if typ is None:
+        return "a value"
     if isinstance(typ, type) and issubclass(typ, enum.Enum):
         return f"{typ.__name__}: " + "|".join(m.name for m in typ)
     return getattr(typ, "__name__", str(typ))
