@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from typing import List, Optional, Sequence, Union
 
 import aiohttp
 from asyncio_throttle import Throttler
 
 from areal_mem.security import auth_headers
+
+from .command import TOKEN_ENV
 
 
 class RetrieverError(RuntimeError):
@@ -37,7 +40,8 @@ class RetrieverClient:
         if not self.urls:
             raise ValueError("RetrieverClient needs at least one service URL")
         self.urls = [u.rstrip("/") for u in self.urls]
-        self._headers = auth_headers(token)
+        # The launcher hands the shared token over the environment, never on a command line.
+        self._headers = auth_headers(token or os.environ.get(TOKEN_ENV, ""))
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.max_retries, self.backoff_s, self.max_connections = max_retries, backoff_s, max_connections
         self._throttler = None
