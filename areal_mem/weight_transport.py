@@ -78,9 +78,10 @@ class WeightGroup:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
         timeout = timedelta(seconds=timeout_s)
-        store, rank, world_size = next(c10d.rendezvous(
-            f"tcp://{master_address}:{master_port}", rank, world_size, timeout=timeout))
-        store.set_timeout(timeout)
+        # Rank 0 serves the store itself (a tcp:// rendezvous would, under torchrun, become a
+        # client of the launcher's store and no one would serve the weight group's).
+        store = dist.TCPStore(master_address, master_port, world_size, is_master=rank == 0,
+                              timeout=timeout, wait_for_workers=False)
         store = c10d.PrefixStore(group_name, store)
         pg, _ = c10d._new_process_group_helper(
             world_size, rank, [], c10d.Backend(backend), store, group_name=group_name,

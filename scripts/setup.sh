@@ -16,4 +16,7 @@ if [ "${1:-}" = "test" ]; then
 else
   .venv/bin/python -m pip install --quiet -e .
 fi
+# DeepSpeed compiles its CPU shared-memory op on first use (~35 s); do it once here, not mid-run.
+.venv/bin/python -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()" \
+  > /dev/null 2>&1 || echo "note: DeepSpeed's shm op did not prebuild; it will build on first use"
 echo "areal-mem installed in .venv"

@@ -232,6 +232,7 @@ def connect(address: str, namespace: str, local_cpus: int) -> bool:
             if address != "auto":
                 raise
         log.info("ray: no running cluster found; starting a local instance")
+    # A local instance is one machine: keep Ray's own traffic on loopback too.
     ray.init(address="local", namespace=namespace, num_cpus=max(os.cpu_count() or 1, local_cpus),
-             include_dashboard=False, log_to_driver=False)
+             include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     return True

@@ -7,7 +7,6 @@ while rank 0 broadcasts its tensors in the announced order.
 """
 from __future__ import annotations
 
-import os
 import uuid
 
 import torch
@@ -35,14 +34,7 @@ class DistributedPublisher(WeightPublisher):
         world = 1 + self.ranks_per_server * len(self.client.urls)
         fut = self.io.submit(self.client.init_weights_update_group(
             self.master_address, port, self.group_name, self.backend, self.ranks_per_server))
-        # Under torchrun every rendezvous would be a client of the launcher's store; the
-        # weight group needs its own store served by this process (rank 0), as SGLang expects.
-        agent_store = os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        try:
-            self.group = WeightGroup.join(self.master_address, port, world, 0, self.group_name, self.backend)
-        finally:
-            if agent_store is not None:
-                os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent_store
+        self.group = WeightGroup.join(self.master_address, port, world, 0, self.group_name, self.backend)
         fut.result()
 
     def _push(self, version: int, result: PushResult) -> None:

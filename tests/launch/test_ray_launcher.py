@@ -25,7 +25,9 @@ NOWHERE = "http://127.0.0.1:9"  # the services a test does not start
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
+    # Loopback only: tests never send traffic to the machine's other addresses.
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1")
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
