@@ -6,9 +6,10 @@ oracle's demonstrations load alike. A bad row is reported with its file and line
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Iterable, List
+
+from areal_mem.jsonl import iter_jsonl
 
 from .batch import TrainRow
 
@@ -41,17 +42,7 @@ def read_rows(path: str) -> List[TrainRow]:
     if not os.path.isfile(path):
         raise SFTDataError(f"{path}: no such file")
     if path.endswith((".jsonl", ".json")):
-        rows = []
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    d = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise SFTDataError(f"{path}:{i}: not valid JSON: {e}") from None
-                rows.append(_row(d, f"{path}:{i}"))
-        return rows
+        return [_row(d, where) for where, d in iter_jsonl(path, SFTDataError)]
     if path.endswith((".arrow", ".feather", ".parquet")):
         return _read_arrow(path)
     raise SFTDataError(f"{path}: unknown format (expected .jsonl, .arrow, .feather or .parquet)")

@@ -5,6 +5,7 @@ import json
 import os
 from typing import Any, Iterable, Iterator, List
 
+from ..jsonl import iter_jsonl
 from .errors import DataError
 from .task import Task
 
@@ -33,17 +34,8 @@ def task_from_record(record: Any, where: str, default_id: str) -> Task:
 
 
 def iter_flashrag(path: str) -> Iterator[Task]:
-    if not os.path.isfile(path):
-        raise DataError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
-            yield task_from_record(record, f"{path}:{lineno}", default_id=str(lineno - 1))
+    for n, (where, record) in enumerate(iter_jsonl(path, DataError)):
+        yield task_from_record(record, where, default_id=str(n))
 
 
 def read_flashrag(path: str) -> List[Task]:
