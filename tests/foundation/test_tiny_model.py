@@ -48,3 +48,15 @@ def test_cli_writes_a_loadable_model(world_dir, tmp_path):
                               str(tmp_path / "none"), "--out", str(tmp_path / "x")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "build the world first" in missing.stdout
+
+
+def test_packaged_prompt_is_the_released_one():
+    """The default MemSearcher prompt must stay byte-identical to the released text."""
+    import pytest
+
+    released = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "reference",
+                            "memsearcher_prompt.txt")
+    if not os.path.exists(released):
+        pytest.skip("shared/reference is not beside this checkout")
+    with open(released, encoding="utf-8") as f:
+        assert memsearcher_prompt() == f.read()
