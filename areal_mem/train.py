@@ -36,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class TrainPipeline:
     def __init__(self, cfg: DictConfig, evaluate: bool = True) -> None:
         self.cfg, self.evaluate = cfg, evaluate
-        self.config_path = save_resolved(cfg)
+        # Its own file: the learner rewrites <run_dir>/config.yaml with the service addresses of
+        # the RL stage, which are gone by the final evaluation.
+        self.config_path = save_resolved(cfg, os.path.join(cfg.run_dir, "train_config.yaml"))
         self.results: Dict[str, object] = {}
 
     # ---- preparation ----
@@ -94,8 +96,8 @@ class TrainPipeline:
         with open(summary_path, encoding="utf-8") as f:
             summary = json.load(f)
         self.results[f"eval_{tag}"] = {k: summary.get(k) for k in ("em", "f1", "acc", "mean_turns")}
-        print(f"[train] {tag}: EM {summary['em']:.3f} F1 {summary['f1']:.3f} "
-              f"on {summary['questions']} questions", flush=True)
+        print(f"[train] {tag}: EM {summary['em']:.2f}% F1 {summary['f1']:.2f}% "  # the summary's percent
+              f"on {summary['questions']} questions, {summary['mean_turns']:.2f} turns each", flush=True)
         return summary
 
     def rl(self, start_model: str) -> str:
@@ -114,6 +116,7 @@ class TrainPipeline:
         launcher = Launcher(cfg, rl_config)
         bar = ProgressBar(cfg.run_dir, cfg.learner.steps)
         _stop_on_signals(launcher)
+        start = time.time()
         try:
             launcher.start_services()
             launcher.start_learner()
@@ -125,6 +128,7 @@ class TrainPipeline:
         if code != 0:
             raise SystemExit(f"areal-mem train: the learner failed (exit {code}); "
                              f"see {os.path.join(cfg.run_dir, 'logs', 'learner.log')}")
+        self.record_time("rl", start)
         return final
 
     def _run(self, name: str, argv: List[str]) -> None:
@@ -145,7 +149,13 @@ class TrainPipeline:
             with open(path, "rb") as f:
                 tail = f.read()[-3000:].decode(errors="replace")
             raise SystemExit(f"areal-mem train: stage {name} failed (exit {code}); {path}:\n{tail}")
-        print(f"[train] {name} done in {time.time() - start:.0f}s", flush=True)
+        self.record_time(name, start)
+
+    def record_time(self, name: str, start: float) -> None:
+        """Record a stage's wall time in the summary (`stage_s`): where a run's time goes."""
+        seconds = time.time() - start
+        self.results.setdefault("stage_s", {})[name] = round(seconds, 1)
+        print(f"[train] {name} done in {seconds:.0f}s", flush=True)
 
 
 def _stop_on_signals(launcher) -> None:
@@ -175,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     pipeline = TrainPipeline(cfg, evaluate=not args.no_eval)
     start = time.time()
     pipeline.prepare()
+    pipeline.record_time("prepare", start)
     start_model = pipeline.warm_start()
     pipeline.eval(start_model, "start")
     final = pipeline.rl(start_model)
