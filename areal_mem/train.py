@@ -21,7 +21,7 @@ from typing import Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from .commands.config_args import add_config_arguments, config_from_args
-from .config import save_resolved
+from .config import ConfigError, save_resolved
 
 HELP = "run a training recipe end to end: world, model, index, SFT warm start, async RL, eval"
 log = logging.getLogger("areal_mem.train")
@@ -43,8 +43,10 @@ class TrainPipeline:
 
     # ---- preparation ----
     def prepare(self) -> None:
+        """The synthetic world, the tiny model and the world's index, where the recipe asks for
+        them (`world.build`, `model.build`); a recipe on real data must name a built index."""
         cfg = self.cfg
-        if not os.path.exists(os.path.join(cfg.world.dir, "manifest.json")):
+        if cfg.world.build and not os.path.exists(os.path.join(cfg.world.dir, "manifest.json")):
             from .world import build_world
 
             log.info("building the synthetic world in %s", cfg.world.dir)
@@ -56,13 +58,18 @@ class TrainPipeline:
 
             log.info("building the tiny model in %s", cfg.model.path)
             init_model(cfg.world.dir, cfg.model.path, OmegaConf.to_object(cfg.model.init), cfg.seed)
-        if not cfg.retriever.urls and not os.path.exists(
-                os.path.join(cfg.retriever.index_dir, "manifest.json")):
-            from retriever.build import build_index
+        if cfg.retriever.urls or os.path.exists(os.path.join(cfg.retriever.index_dir, "manifest.json")):
+            return
+        if not cfg.world.build:
+            raise ConfigError(
+                f"retriever.index_dir={cfg.retriever.index_dir!r} holds no index and retriever.urls "
+                f"is empty: build one (areal-mem retriever build --corpus FILE --out "
+                f"{cfg.retriever.index_dir} --config ...) or point retriever.urls at a service")
+        from retriever.build import build_index
 
-            log.info("building the %s index in %s", cfg.retriever.kind.value, cfg.retriever.index_dir)
-            build_index(os.path.join(cfg.world.dir, "corpus.jsonl"), cfg.retriever.index_dir,
-                        kind=cfg.retriever.kind, cfg=OmegaConf.to_object(cfg.retriever))
+        log.info("building the %s index in %s", cfg.retriever.kind.value, cfg.retriever.index_dir)
+        build_index(os.path.join(cfg.world.dir, "corpus.jsonl"), cfg.retriever.index_dir,
+                    kind=cfg.retriever.kind, cfg=OmegaConf.to_object(cfg.retriever))
 
     def warm_start(self) -> str:
         """Oracle demonstrations + SFT; returns the model RL starts from."""

@@ -1,7 +1,7 @@
 """How the services are started: all on this machine, or as Ray actors."""
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict
+from typing import Dict, List
 
 
 class LauncherKind(str, Enum):
@@ -38,6 +38,12 @@ class LauncherConfig:
     health_timeout_s: float = 120.0
     restart_failed: bool = True  # restart a dead rollout worker or generator
     max_restarts: int = 10  # per process; one more death fails the run
+    # The GPU split of one node between generation and training (local launcher):
+    # generator i sees generator_gpus[i*g:(i+1)*g] with g = gpus_per_generator, every learner
+    # rank sees learner_gpus (and picks its own by LOCAL_RANK). Empty: no CUDA_VISIBLE_DEVICES.
+    generator_gpus: List[int] = field(default_factory=list)
+    gpus_per_generator: int = 1
+    learner_gpus: List[int] = field(default_factory=list)
     # launcher: ray
     # "auto": the running cluster (RAY_ADDRESS, `ray start`) else a new local instance;
     # "local": always a new local instance (stopped at the end); or "HOST:PORT"

@@ -15,6 +15,7 @@ class QuestionType(str, Enum):
 @dataclass
 class WorldConfig:
     dir: str = "${run_dir}/world"  # folder with corpus.jsonl and train/dev/test.jsonl
+    build: bool = False  # `areal-mem train`: build the world (and, with no index, its index) first
     seed: int = II("seed")  # defaults to the run seed
     passages: int = 2000  # roughly how many corpus passages to write
     questions: int = 5000  # how many questions over all splits

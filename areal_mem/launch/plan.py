@@ -11,6 +11,8 @@ from typing import Dict, List
 
 from omegaconf import DictConfig
 
+from ..config import ConfigError
+
 
 @dataclass
 class ProcessSpec:
@@ -45,7 +47,7 @@ def service_specs(cfg: DictConfig, config_path: str) -> List[ProcessSpec]:
         gpu = cfg.generator.backend.value == "sglang"
         for i in range(cfg.generator.num_servers):
             specs.append(ProcessSpec(f"generator{i}", generator_argv(config_path), service=True,
-                                     restart=True,
+                                     restart=True, env=_generator_devices(cfg, i),
                                      resources={"CPU": 1.0, **({"GPU": 1.0} if gpu else {})}))
     if not cfg.buffer.url:
         specs.append(ProcessSpec("buffer", ["buffer", "serve", "--config", config_path], service=True))
@@ -66,12 +68,30 @@ def learner_specs(cfg: DictConfig, config_path: str, addresses: Addresses, maste
                   master_port: int) -> List[ProcessSpec]:
     """One process per rank with torchrun's environment, so any placement works."""
     n = cfg.launcher.learner_ranks
+    gpus = list(cfg.launcher.learner_gpus)
+    if gpus and len(gpus) != n:
+        raise ConfigError(f"launcher.learner_gpus lists {len(gpus)} GPU(s) for "
+                          f"launcher.learner_ranks={n} ranks; give one per rank")
+    devices = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))} if gpus else {}
     argv = ["learner", "--config", config_path, *addresses.overrides()]
     return [ProcessSpec("learner" if n == 1 else f"learner{r}", argv,
                         env={"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n),
                              "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": master_addr,
-                             "MASTER_PORT": str(master_port)})
+                             "MASTER_PORT": str(master_port), **devices})
             for r in range(n)]
+
+
+def _generator_devices(cfg: DictConfig, i: int) -> Dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of generator i from `launcher.generator_gpus`, if that is set."""
+    gpus, g = list(cfg.launcher.generator_gpus), cfg.launcher.gpus_per_generator
+    if not gpus:
+        return {}
+    need = cfg.generator.num_servers * g
+    if len(gpus) < need:
+        raise ConfigError(f"launcher.generator_gpus lists {len(gpus)} GPU(s); "
+                          f"generator.num_servers={cfg.generator.num_servers} x "
+                          f"launcher.gpus_per_generator={g} need {need}")
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus[i * g:(i + 1) * g]))}
 
 
 def worker_specs(cfg: DictConfig, config_path: str, addresses: Addresses) -> List[ProcessSpec]:
