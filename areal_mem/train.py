@@ -122,7 +122,6 @@ class TrainPipeline:
             Launcher = LocalLauncher
         launcher = Launcher(cfg, rl_config)
         bar = ProgressBar(cfg.run_dir, cfg.learner.steps)
-        _stop_on_signals(launcher)
         start = time.time()
         try:
             launcher.start_services()
@@ -165,16 +164,9 @@ class TrainPipeline:
         print(f"[train] {name} done in {seconds:.0f}s", flush=True)
 
 
-def _stop_on_signals(launcher) -> None:
-    def handler(signum, _frame):
-        launcher.stop_all()
-        raise SystemExit(128 + signum)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
-
-
 def _exit_on_signals() -> None:
+    """SIGINT/SIGTERM unwind through the stages' `finally`s, which stop every child."""
+
     def handler(signum, _frame):
         raise SystemExit(128 + signum)
 
