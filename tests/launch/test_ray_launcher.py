@@ -1,10 +1,7 @@
 """The Ray launcher runs the plan's real processes inside actors of a local Ray instance."""
-import json
 import os
 import signal
 import subprocess
-import sys
-import time
 
 import psutil
 import pytest
@@ -16,7 +13,6 @@ from areal_mem.buffer.client import BufferClient  # noqa: E402
 from areal_mem.config import load_config, save_resolved  # noqa: E402
 from areal_mem.launch.plan import ProcessSpec  # noqa: E402
 from areal_mem.launch.ray_launcher import RayLauncher  # noqa: E402
-from areal_mem.net import free_port  # noqa: E402
 from areal_mem.trajectory import Context, Group, Trajectory  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
