@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
                           "or learner.publisher=none")
 
     from areal_mem.buffer.client import BufferClient
-    from rollout.generator.client import GeneratorClient
+    from rollout.generator.client import client_from_config
 
     from .engine import LearnerEngine
     from .publishers import make_publisher
@@ -41,9 +41,7 @@ def run(args: argparse.Namespace) -> int:
     buffer = BufferClient(cfg.buffer.url, token=cfg.buffer.token) if leader else None
     client = None
     if leader and cfg.learner.publisher != PublisherKind.none:
-        client = GeneratorClient(list(cfg.generator.urls), token=cfg.generator.token,
-                                 timeout_s=cfg.generator.request_timeout_s,
-                                 max_retries=cfg.generator.max_retries)
+        client = client_from_config(cfg.generator)
     publisher = make_publisher(cfg.learner, engine, client, cfg.run_dir)
     trainer = Trainer(cfg, engine, publisher, buffer, cfg.buffer.batch_groups)
     try:

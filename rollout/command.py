@@ -35,7 +35,7 @@ async def _main(cfg, args) -> int:
     from areal_mem.buffer.client import BufferClient
     from areal_mem.data import read_tasks
     from retriever.client import RetrieverClient
-    from rollout.generator.client import GeneratorClient
+    from rollout.generator.client import client_from_config
     from rollout.tasks import TaskCursor
     from rollout.worker import RolloutWorker
     from rollout.workflows.setup import build_context, build_workflow
@@ -53,11 +53,8 @@ async def _main(cfg, args) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     buffer = BufferClient(cfg.buffer.url, token=cfg.buffer.token)
-    async with GeneratorClient(list(cfg.generator.urls), token=cfg.generator.token,
-                               timeout_s=cfg.generator.request_timeout_s,
-                               max_retries=cfg.generator.max_retries) as generator:
-        retriever = (RetrieverClient(list(cfg.retriever.urls), token=cfg.retriever.token)
-                     if cfg.retriever.urls else None)
+    async with client_from_config(cfg.generator) as generator:
+        retriever = RetrieverClient.from_config(cfg.retriever) if cfg.retriever.urls else None
         try:
             ctx = build_context(cfg.rollout, workflow, generator, tokenizer, retriever)
             worker = RolloutWorker(workflow, ctx, buffer, cursor, cfg.rollout.group_size,

@@ -43,12 +43,10 @@ def run_eval(cfg, progress: bool = True) -> Tuple[Dict[str, Any], str]:
 
 async def _run(cfg, workflow, tokenizer, tasks, gen_urls, ret_urls, out_dir, progress):
     from retriever.client import RetrieverClient
-    from rollout.generator.client import GeneratorClient
+    from rollout.generator.client import client_from_config
     from rollout.workflows import build_context
 
-    g = cfg.generator
-    async with GeneratorClient(gen_urls, token=g.token, timeout_s=g.request_timeout_s,
-                               max_retries=g.max_retries, cooldown_s=g.server_cooldown_s) as generator, \
+    async with client_from_config(cfg.generator, gen_urls) as generator, \
             RetrieverClient.from_config(cfg.retriever, urls=ret_urls) as retriever:
         ctx = build_context(cfg.rollout, workflow, generator, tokenizer, retriever,
                             max_turns=cfg.eval.max_turns, temperature=cfg.eval.temperature)

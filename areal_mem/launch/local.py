@@ -117,13 +117,12 @@ class LocalLauncher:
 
 
 def latest_weights(run_dir: str) -> Tuple[str, int]:
-    """The newest push of the disk publisher (`<run_dir>/weights/vNNNNNN`) and its version,
-    or ('', 0). With the distributed publisher a restarted generator serves `model.path`
-    until the next push."""
-    root = os.path.join(run_dir, "weights")
-    found = [(int(d[1:]), os.path.join(root, d)) for d in (os.listdir(root) if os.path.isdir(root) else [])
-             if d[:1] == "v" and d[1:].isdigit() and os.path.exists(os.path.join(root, d, "config.json"))]
-    if not found:
+    """The newest push of the disk publisher (`<run_dir>/weights`) and its version, or ('', 0).
+    With the distributed publisher a restarted generator serves `model.path` until the next push."""
+    from learner.publishers.disk import pushed_versions
+
+    pushes = pushed_versions(os.path.join(run_dir, "weights"))
+    if not pushes:
         return "", 0
-    version, path = max(found)
+    version, path = pushes[-1]
     return path, version

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import List, Tuple
 
 from .base import PushResult, WeightPublisher
+
+
+def pushed_versions(weights_dir: str) -> List[Tuple[int, str]]:
+    """(version, path) of the complete pushes in `weights_dir` (`vNNNNNN/`), oldest first."""
+    if not os.path.isdir(weights_dir):
+        return []
+    return sorted((int(d[1:]), os.path.join(weights_dir, d)) for d in os.listdir(weights_dir)
+                  if d[:1] == "v" and d[1:].isdigit()
+                  and os.path.exists(os.path.join(weights_dir, d, "config.json")))
 
 
 class DiskPublisher(WeightPublisher):
@@ -28,6 +38,5 @@ class DiskPublisher(WeightPublisher):
         self._clean()
 
     def _clean(self) -> None:
-        versions = sorted(d for d in os.listdir(self.weights_dir) if d.startswith("v"))
-        for old in versions[:-self.keep]:
-            shutil.rmtree(os.path.join(self.weights_dir, old), ignore_errors=True)
+        for _, old in pushed_versions(self.weights_dir)[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
