@@ -10,11 +10,16 @@ def iter_jsonl(path: str, error: Type[Exception] = ValueError) -> Iterator[Tuple
     """(`path:line`, record) for every non-blank line; `error` for a missing file or bad JSON."""
     if not os.path.isfile(path):
         raise error(f"{path}: no such file")
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
+    with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is reported like bad JSON
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
-                yield f"{path}:{lineno}", json.loads(line)
+                record = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise error(f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {e.start})") from None
             except json.JSONDecodeError as e:
                 raise error(f"{path}:{lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
+            except RecursionError:
+                raise error(f"{path}:{lineno}: not valid JSON (nested too deeply)") from None
+            yield f"{path}:{lineno}", record

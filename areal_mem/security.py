@@ -2,18 +2,30 @@
 
 Loopback is the default everywhere; binding any other address without a shared
 token is refused, because the services accept weights paths and training data.
+Tokens travel in `AREAL_MEM_<SERVICE>_TOKEN` environment variables, never on a
+command line or in a config file written to the run dir (`redact_tokens`).
 """
 from __future__ import annotations
 
 import hmac
 import ipaddress
-from typing import Optional
+import os
+from typing import Dict, Optional
 
 from aiohttp import web
+from omegaconf import DictConfig, OmegaConf
+
+SERVICES = ("retriever", "generator", "buffer")  # each has a `<service>.token` config key
+REDACTED = ""  # what a written config holds instead of a token (empty: read from the env)
 
 
 class InsecureBindError(RuntimeError):
     pass
+
+
+def token_env(service: str) -> str:
+    """The environment variable that carries `service`'s shared token."""
+    return f"AREAL_MEM_{service.upper()}_TOKEN"
 
 
 def is_loopback(host: str) -> bool:
@@ -26,11 +38,12 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(service: str, host: str, token: Optional[str]) -> None:
-    """Refuse a non-loopback bind that has no shared token."""
+    """Refuse a non-loopback bind that has no shared token (before anything binds)."""
     if not is_loopback(host) and not token:
         raise InsecureBindError(
-            f"{service}: refusing to bind {host!r} without a shared token; set the service's "
-            f"`token` (clients send `Authorization: Bearer <token>`) or bind 127.0.0.1"
+            f"{service}: refusing to bind {host!r} without a shared token; set ${token_env(service)} "
+            f"(or {service}.token; clients send `Authorization: Bearer <token>`) or bind 127.0.0.1 "
+            f"(the default)"
         )
 
 
@@ -55,3 +68,23 @@ def bearer_auth_middleware(token: Optional[str]):
 
 def auth_headers(token: Optional[str]) -> dict:
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def redact_tokens(cfg: DictConfig) -> tuple[DictConfig, Dict[str, str]]:
+    """A copy of `cfg` without the services' tokens, and the env variables that carry them.
+
+    A config written to the run dir is read by the children of a run; with the tokens moved to
+    their environment variables they still authenticate, and no file on disk holds a token.
+    """
+    out, env = cfg.copy(), {}
+    for service in SERVICES:
+        token = OmegaConf.select(cfg, f"{service}.token", default=None)
+        if token:
+            env[token_env(service)] = token
+            OmegaConf.update(out, f"{service}.token", REDACTED)
+    return out, env
+
+
+def export_tokens(env: Dict[str, str]) -> None:
+    """Hand tokens to every child started after this (children inherit os.environ)."""
+    os.environ.update(env)

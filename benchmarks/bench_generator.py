@@ -140,7 +140,8 @@ def main() -> None:
         prompts = torch.randint(3, model.config.vocab_size, (args.requests, args.prompt_tokens), generator=g).tolist()
         threads = args.threads
         served, seq = [], []
-        with start_embedded_generator(tiny, max_batch_size=args.requests, torch_threads=threads) as h:
+        with start_embedded_generator(tiny, max_batch_size=args.requests, torch_threads=threads,
+                                      weights_dirs=[tmp]) as h:
             for _ in tqdm(range(args.rounds), desc="rounds (server, then sequential)"):
                 served.append(server_throughput(h.url, prompts, args.new_tokens))
                 seq.append(sequential_throughput(model, prompts, args.new_tokens))
@@ -158,7 +159,8 @@ def main() -> None:
             big_path = build_100m(tmp)
             big = AutoModelForCausalLM.from_pretrained(big_path, dtype=torch.float32).eval()
             mb = sum(p.numel() * p.element_size() for p in big.parameters()) / 2 ** 20
-            with start_embedded_generator(big_path, torch_threads=threads, startup_timeout_s=600) as h:
+            with start_embedded_generator(big_path, torch_threads=threads, startup_timeout_s=600,
+                                          weights_dirs=[tmp]) as h:
                 push_big = push_times(h.url, big, tmp)
             rows += [
                 (f"distributed push, Qwen2 {n_params(big) / 1e6:.0f}M params, {mb:.0f} MiB fp32 (s)",

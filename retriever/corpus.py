@@ -84,8 +84,8 @@ class CorpusReader:
         where = f"{self.path}:{lineno}"
         try:
             obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise CorpusError(f"{where}: not valid JSON ({e})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise CorpusError(f"{where}: not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
         if not isinstance(obj, dict):
             raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         pid, contents = obj.get("id"), obj.get("contents")

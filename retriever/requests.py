@@ -49,6 +49,10 @@ def _text(value: Any, field: str) -> str:
         raise RequestError(field, f"must be a string, got {type(value).__name__}")
     if not value.strip():
         raise RequestError(field, "must not be empty")
+    try:
+        value.encode("utf-8")  # JSON may carry lone surrogates ("\ud800") that no encoder takes
+    except UnicodeEncodeError as e:
+        raise RequestError(field, f"is not valid Unicode text ({e.reason} at {e.start})") from None
     return value
 
 

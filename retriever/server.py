@@ -47,8 +47,8 @@ def make_app(index: Index, cfg: RetrieverConfig) -> web.Application:
         try:
             try:
                 body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise RequestError("body", f"not valid JSON ({e})") from None
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+                raise RequestError("body", f"not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
             query = parse(body, limits)
         except RequestError as e:
             return web.json_response(e.body(), status=e.status)

@@ -33,3 +33,6 @@ class GeneratorConfig:
     weight_group_timeout_s: float = 600.0  # torch.distributed rendezvous and broadcast timeout
     # sglang backend: extra `python -m sglang.launch_server` arguments
     sglang_args: List[str] = field(default_factory=list)
+    # embedded server: folders /update_weights_from_disk may load from (symlinks and `..` resolved);
+    # empty: the served model's folder, model.path and <run_dir>/weights (the disk publisher's)
+    weights_dirs: List[str] = field(default_factory=list)

@@ -58,15 +58,25 @@ def load_config(
 
 
 def save_resolved(cfg: DictConfig, path: Optional[str] = None) -> str:
-    """Write the resolved config (interpolations filled in) to `<run_dir>/config.yaml`."""
+    """Write the resolved config (interpolations filled in) to `<run_dir>/config.yaml`.
+
+    Tokens are left out of the file and exported to this process's environment instead,
+    so the children that read the file still get them (`security.redact_tokens`)."""
+    from ..security import export_tokens, redact_tokens
+
     path = path or os.path.join(cfg.run_dir, "config.yaml")
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    OmegaConf.save(cfg, path, resolve=True)
+    redacted, env = redact_tokens(cfg)
+    export_tokens(env)
+    OmegaConf.save(redacted, path, resolve=True)
     return path
 
 
 def to_yaml(cfg: DictConfig) -> str:
-    return OmegaConf.to_yaml(cfg, resolve=True)
+    """The resolved config as YAML, tokens left out (it is printed and logged)."""
+    from ..security import redact_tokens
+
+    return OmegaConf.to_yaml(redact_tokens(cfg)[0], resolve=True)
 
 
 def _read_yaml(path: str) -> DictConfig:

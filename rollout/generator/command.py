@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if g.torch_threads > 0:
         torch.set_num_threads(g.torch_threads)
     server = build_server(model, g.max_batch_size, g.device, g.dtype, g.max_context_len, token,
-                          g.weight_group_timeout_s, args.weight_version)
+                          g.weight_group_timeout_s, args.weight_version, _weights_dirs(cfg, model))
 
     async def main() -> None:
         task = asyncio.ensure_future(serve(server, host, port,
@@ -93,6 +93,19 @@ def run(args: argparse.Namespace) -> int:
     # takes seconds on a busy CPU and would slow every restart and test.
     logging.shutdown()
     os._exit(0)
+
+
+def _weights_dirs(cfg, model: str) -> list:
+    """Where /update_weights_from_disk may load: `generator.weights_dirs`, else the served model,
+    `model.path` and the disk publisher's `<run_dir>/weights` (a restart serves a push from there)."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    if cfg.generator.weights_dirs:
+        return list(cfg.generator.weights_dirs)
+    base = OmegaConf.select(cfg, "model.path", default="") or model
+    return [model, base, os.path.join(cfg.run_dir, "weights")]
 
 
 def _serve_sglang(model: str, host: str, port: int, token: str, extra, timeout_s: float,

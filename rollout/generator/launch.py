@@ -8,6 +8,7 @@ on the command line (where `ps` would show it); SGLang only takes `--api-key`.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -64,8 +65,9 @@ def start_embedded_generator(model_path: str, host: str = "127.0.0.1", port: int
                              dtype: str = "float32", max_context_len: int = 0,
                              startup_timeout_s: float = 180.0, log_path: str = "",
                              torch_threads: int = 1, weight_group_timeout_s: float = 600.0,
-                             weight_version: str = "0") -> ServerHandle:
-    """A real embedded server in a subprocess, healthy on return. port 0: the OS picks one."""
+                             weight_version: str = "0", weights_dirs: Sequence[str] = ()) -> ServerHandle:
+    """A real embedded server in a subprocess, healthy on return. port 0: the OS picks one.
+    `weights_dirs`: folders /update_weights_from_disk may load from (default: the model's)."""
     check_bind("generator", host, token)
     ready = ready_file_path("generator")
     cmd = [sys.executable, "-m", "areal_mem.cli", "generator", "serve", "--model", model_path,
@@ -74,6 +76,8 @@ def start_embedded_generator(model_path: str, host: str = "127.0.0.1", port: int
            f"generator.dtype={dtype}", f"generator.max_context_len={max_context_len}",
            f"generator.torch_threads={torch_threads}",
            f"generator.weight_group_timeout_s={weight_group_timeout_s}"]
+    if weights_dirs:
+        cmd.append(f"generator.weights_dirs={json.dumps([os.path.abspath(d) for d in weights_dirs])}")
     child = ChildProcess("generator", cmd, log_path or _log_path("generator"),
                          {TOKEN_ENV: token} if token else {}).start()
     try:

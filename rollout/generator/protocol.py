@@ -7,6 +7,7 @@ penalties, n > 1, ...) are refused by name instead of being silently ignored.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
@@ -25,12 +26,17 @@ SGLANG_SAMPLING_KEYS = (
 _NEUTRAL = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "n": 1}
 _UNSUPPORTED = ("stop_regex", "json_schema", "regex", "ebnf", "structural_tag", "logit_bias",
                 "custom_params", "beam_width", "watermark", "choice")
+INT64 = 2 ** 63 - 1  # SGLang's integer fields are int64
 _UNSUPPORTED_TOP = ("image_data", "video_data", "audio_data", "lora_path", "return_hidden_states",
                     "token_ids_logprob", "session_params", "custom_logit_processor")
 
 
 class BadRequest(ValueError):
-    """Answered as HTTP 400 with SGLang's error shape."""
+    """Answered as HTTP 400 (or `status`) with SGLang's error shape."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
 
 
 def error_body(message: str, code: int = 400) -> Dict[str, Any]:
@@ -44,6 +50,25 @@ def _typed(d: dict, key: str, kind, what: str, default=None):
     ok = isinstance(v, kind) and not (isinstance(v, bool) and kind in (int, float, (int, float)))
     if not ok:
         raise BadRequest(f"{key}: expected {what}, got {type(v).__name__} {v!r:.60}")
+    return v
+
+
+def _number(d: dict, key: str, default: float) -> float:
+    """A finite float (JSON's NaN/Infinity and ints too large for a float are refused)."""
+    v = _typed(d, key, (int, float), "a number", default)
+    try:
+        v = float(v)
+    except OverflowError:
+        raise BadRequest(f"sampling_params.{key}: {v} is too large") from None
+    if not math.isfinite(v):
+        raise BadRequest(f"sampling_params.{key}: expected a finite number, got {v}")
+    return v
+
+
+def _bounded_int(d: dict, key: str, default, lo: int, hi: int):
+    v = _typed(d, key, int, "an integer", default)
+    if v is not None and not lo <= v <= hi:
+        raise BadRequest(f"sampling_params.{key}: {v} is outside {lo}..{hi}")
     return v
 
 
@@ -71,17 +96,17 @@ def parse_sampling(sp: Any) -> SamplingSpec:
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids):
         raise BadRequest("sampling_params.stop_token_ids: expected integers")
     spec = SamplingSpec(
-        max_new_tokens=_typed(sp, "max_new_tokens", int, "an integer", 128),
-        temperature=float(_typed(sp, "temperature", (int, float), "a number", 1.0)),
-        top_p=float(_typed(sp, "top_p", (int, float), "a number", 1.0)),
-        top_k=_typed(sp, "top_k", int, "an integer", ALL_TOKENS),
-        min_p=float(_typed(sp, "min_p", (int, float), "a number", 0.0)),
-        min_new_tokens=_typed(sp, "min_new_tokens", int, "an integer", 0),
+        max_new_tokens=_bounded_int(sp, "max_new_tokens", 128, -INT64, INT64),
+        temperature=_number(sp, "temperature", 1.0),
+        top_p=_number(sp, "top_p", 1.0),
+        top_k=_bounded_int(sp, "top_k", ALL_TOKENS, -INT64, INT64),
+        min_p=_number(sp, "min_p", 0.0),
+        min_new_tokens=_bounded_int(sp, "min_new_tokens", 0, -INT64, INT64),
         stop=stop, stop_token_ids=stop_ids,
         ignore_eos=_typed(sp, "ignore_eos", bool, "a boolean", False),
         skip_special_tokens=_typed(sp, "skip_special_tokens", bool, "a boolean", True),
         no_stop_trim=_typed(sp, "no_stop_trim", bool, "a boolean", False),
-        sampling_seed=_typed(sp, "sampling_seed", int, "an integer", None),
+        sampling_seed=_bounded_int(sp, "sampling_seed", None, 0, 2 ** 64 - 1),  # torch's seed range
     )
     _typed(sp, "spaces_between_special_tokens", bool, "a boolean")
     _typed(sp, "stream_interval", int, "an integer")
@@ -140,8 +165,12 @@ def parse_generate(body: Any, vocab_size: int, max_context_len: int,
         raise BadRequest(f"the prompt has {len(ids)} tokens; the model's context is "
                          f"{max_context_len} tokens (prompt and output)")
     rid = _typed(body, "rid", str, "a string", None)
-    return ParsedGenerate(rid, ids, parse_sampling(body.get("sampling_params")),
-                          _typed(body, "return_logprob", bool, "a boolean", False))
+    spec = parse_sampling(body.get("sampling_params"))
+    for t in spec.stop_token_ids:  # the engine indexes logits with them
+        if not 0 <= t < vocab_size:
+            raise BadRequest(f"sampling_params.stop_token_ids: {t} is not a token id of this model "
+                             f"(vocabulary size {vocab_size})")
+    return ParsedGenerate(rid, ids, spec, _typed(body, "return_logprob", bool, "a boolean", False))
 
 
 def build_response(req: Request, return_logprob: bool, version: str, text: str) -> Dict[str, Any]:

@@ -13,7 +13,7 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from aiohttp import web
@@ -27,6 +27,8 @@ from .protocol import BadRequest, build_response, error_body, parse_generate
 log = logging.getLogger(__name__)
 
 PAUSE_MODES = ("abort", "retract", "in_place")
+MAX_BODY_BYTES = 64 << 20  # larger bodies get 413; a 32k-token prompt is well under 1 MiB
+WEIGHT_BACKENDS = ("nccl", "gloo")
 
 
 @dataclass
@@ -40,20 +42,39 @@ def load_safetensors_dir(path: str) -> List[Tuple[str, torch.Tensor]]:
     """All tensors of a Hugging Face safetensors checkpoint folder (any number of shards)."""
     from safetensors.torch import load_file
 
-    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    files = sorted(glob.glob(os.path.join(glob.escape(path), "*.safetensors")))
     if not files:
         raise WeightLoadError(f"{path}: no *.safetensors files")
     out: List[Tuple[str, torch.Tensor]] = []
     for f in files:
-        out += list(load_file(f).items())
+        try:
+            out += list(load_file(f).items())
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own error type for corrupt files
+            raise WeightLoadError(f"{f}: not a readable safetensors file ({type(e).__name__}: {e})") from None
     return out
+
+
+class ForbiddenPath(ValueError):
+    """A weights path outside the configured folders (answered 403)."""
+
+
+def allowed_path(path: str, allowed: Sequence[str]) -> str:
+    """`path` with symlinks and `..` resolved, if it lies inside one of the `allowed` folders."""
+    real = os.path.realpath(path)
+    for root in allowed:
+        root = os.path.realpath(root)
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            return real
+    raise ForbiddenPath(f"model_path {path!r} is outside the folders this server loads weights from "
+                        f"({', '.join(allowed) or 'none'}); see generator.weights_dirs")
 
 
 class GeneratorServer:
     def __init__(self, engine: Engine, meta: ModelMeta, tokenizer=None, token: str = "",
-                 group_timeout_s: float = 600.0):
+                 group_timeout_s: float = 600.0, weights_dirs: Sequence[str] = ()):
         self.engine, self.meta, self.tokenizer, self.token = engine, meta, tokenizer, token
         self.group_timeout_s = group_timeout_s
+        self.weights_dirs = list(weights_dirs)  # /update_weights_from_disk loads only inside these
         self.groups: Dict[str, WeightGroup] = {}
 
     # ---- helpers ----
@@ -63,16 +84,36 @@ class GeneratorServer:
 
     @staticmethod
     async def _json(request: web.Request) -> Dict[str, Any]:
-        raw = await request.read()
+        """The body as a JSON object, whatever the Content-Type (as SGLang reads it); empty: {}."""
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise BadRequest(f"request body is larger than the limit of {MAX_BODY_BYTES} bytes", 413) from None
         if not raw.strip():
             return {}
         try:
             body = json.loads(raw)
-        except ValueError as e:
-            raise BadRequest(f"request body is not JSON: {e}") from None
+        except (ValueError, RecursionError) as e:  # RecursionError: absurdly deep nesting
+            raise BadRequest(f"request body is not JSON: {type(e).__name__}: {str(e)[:200]}") from None
         if not isinstance(body, dict):
             raise BadRequest(f"expected a JSON object, got {type(body).__name__}")
         return body
+
+    @staticmethod
+    def _flag(body: Dict[str, Any], key: str, default: bool) -> bool:
+        value = body.get(key, default)
+        if not isinstance(value, bool):
+            raise BadRequest(f"{key}: expected a boolean, got {type(value).__name__}")
+        return value
+
+    @staticmethod
+    def _failed(e: Exception, status: int = 400) -> web.Response:
+        """The weight routes' error shape: `{"success": false, "message"}`."""
+        if isinstance(e, BadRequest):
+            status = e.status
+        elif isinstance(e, ForbiddenPath):
+            status = 403
+        return web.json_response({"success": False, "message": f"{type(e).__name__}: {e}"}, status=status)
 
     def _decode(self, ids: List[int], skip_special_tokens: bool = True) -> str:
         if self.tokenizer is None:
@@ -86,7 +127,7 @@ class GeneratorServer:
             encode = (lambda t: self.tokenizer.encode(t, add_special_tokens=False)) if self.tokenizer else None
             p = parse_generate(body, self.meta.vocab_size, self.meta.max_context_len, encode)
         except BadRequest as e:
-            return self._bad(str(e))
+            return self._bad(str(e), e.status)
         rid = p.rid or uuid.uuid4().hex
         if self.engine.has_rid(rid):
             return self._bad(f"rid {rid!r} is already in flight")
@@ -124,30 +165,35 @@ class GeneratorServer:
             "served_model_name": self.meta.model_path,
             "is_generation": True, "preferred_sampling_params": None,
             "weight_version": self.engine.version, "max_context_length": self.meta.max_context_len,
+            "engine_stats": self.engine.stats(),  # busy/idle seconds for `areal-mem bench async`
         })
 
     async def pause_generation(self, request: web.Request) -> web.Response:
         try:
             mode = (await self._json(request)).get("mode", "abort")
         except BadRequest as e:
-            return self._bad(str(e))
-        if mode not in PAUSE_MODES:
+            return self._bad(str(e), e.status)
+        if not isinstance(mode, str) or mode not in PAUSE_MODES:
             return self._bad(f"mode must be one of {PAUSE_MODES}, not {mode!r}")
         n = await asyncio.to_thread(self.engine.pause, mode)
         return web.json_response({"success": True, "message": f"paused ({mode}); {n} in flight"})
 
     async def continue_generation(self, request: web.Request) -> web.Response:
+        try:
+            await self._json(request)  # no fields, but a malformed body is still refused
+        except BadRequest as e:
+            return self._bad(str(e), e.status)
         self.engine.resume()
         return web.json_response({"success": True, "message": "continued"})
 
     async def abort_request(self, request: web.Request) -> web.Response:
         try:
             body = await self._json(request)
+            rid, abort_all = body.get("rid", ""), self._flag(body, "abort_all", False)
+            if not isinstance(rid, str):
+                raise BadRequest(f"rid: expected a string, got {type(rid).__name__}")
         except BadRequest as e:
-            return self._bad(str(e))
-        rid, abort_all = body.get("rid", ""), bool(body.get("abort_all", False))
-        if not abort_all and not isinstance(rid, str):
-            return self._bad("rid: expected a string")
+            return self._bad(str(e), e.status)
         n = await asyncio.to_thread(self.engine.abort, None if abort_all else rid)
         return web.json_response({"success": n > 0})
 
@@ -158,12 +204,14 @@ class GeneratorServer:
             version = body.get("weight_version")
             if version is not None and not isinstance(version, str):
                 raise BadRequest("weight_version: expected a string")
-            if body.get("abort_all_requests"):
-                await asyncio.to_thread(self.engine.abort, None, "Abort by weight update")
+            abort_all = self._flag(body, "abort_all_requests", False)
+            self._flag(body, "flush_cache", True)
             named, complete = await load(body)
+            if abort_all:
+                await asyncio.to_thread(self.engine.abort, None, "Abort by weight update")
             await asyncio.to_thread(self.engine.load_weights, named, version, complete)
-        except (BadRequest, WeightLoadError, ValueError, OSError, RuntimeError) as e:
-            return web.json_response({"success": False, "message": f"{type(e).__name__}: {e}"}, status=400)
+        except (BadRequest, WeightLoadError, ValueError, OSError, RuntimeError, TypeError) as e:
+            return self._failed(e)
         log.info("%s: loaded %d tensors, weight_version %s", request.path, len(named), self.engine.version)
         held = self.engine.in_flight() if self.engine.paused else 0
         return web.json_response({"success": True, "num_paused_requests": held,
@@ -172,23 +220,32 @@ class GeneratorServer:
     async def update_weights_from_disk(self, request: web.Request) -> web.Response:
         async def load(body):
             path = body.get("model_path")
-            if not isinstance(path, str) or not path:
+            if not isinstance(path, str) or not path or "\0" in path:
                 raise BadRequest("model_path: expected a folder path")
             if body.get("load_format") not in (None, "auto", "safetensors"):
-                raise BadRequest(f"load_format {body['load_format']!r} is not supported (safetensors only)")
-            return await asyncio.to_thread(load_safetensors_dir, path), True
+                raise BadRequest(f"load_format {str(body['load_format'])[:60]!r} is not supported "
+                                 f"(safetensors only)")
+            real = allowed_path(path, self.weights_dirs)
+            return await asyncio.to_thread(load_safetensors_dir, real), True
         return await self._update(request, load)
 
     async def update_weights_from_distributed(self, request: web.Request) -> web.Response:
         async def load(body):
-            group = self.groups.get(body.get("group_name", ""))
-            if group is None:
-                raise BadRequest(f"group_name {body.get('group_name')!r}: no such weight-update group; "
-                                 f"call /init_weights_update_group first (have {sorted(self.groups)})")
             names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
             if not (isinstance(names, list) and isinstance(dtypes, list) and isinstance(shapes, list)
                     and len(names) == len(dtypes) == len(shapes)):
                 raise BadRequest("names, dtypes and shapes must be lists of the same length")
+            if not (all(isinstance(n, str) for n in names) and all(isinstance(d, str) for d in dtypes)
+                    and all(isinstance(s, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                        and 0 <= x < 2 ** 40 for x in s) for s in shapes)):
+                raise BadRequest("names and dtypes must be strings, shapes lists of sizes >= 0")
+            name = body.get("group_name", "")
+            if not isinstance(name, str):
+                raise BadRequest(f"group_name: expected a string, got {type(name).__name__}")
+            group = self.groups.get(name)
+            if group is None:
+                raise BadRequest(f"group_name {name[:80]!r}: no such weight-update group; "
+                                 f"call /init_weights_update_group first (have {sorted(self.groups)})")
             meta = BucketMeta(names, dtypes, shapes)
             return await asyncio.to_thread(group.receive_bucket, meta, self.engine.device), False
         return await self._update(request, load)
@@ -198,40 +255,57 @@ class GeneratorServer:
             b = await self._json(request)
             for key, kind in (("master_address", str), ("master_port", int), ("rank_offset", int),
                               ("world_size", int), ("group_name", str)):
-                if not isinstance(b.get(key), kind):
+                if not isinstance(b.get(key), kind) or isinstance(b.get(key), bool):
                     raise BadRequest(f"{key}: expected {kind.__name__}")
+            if not 1 <= b["master_port"] <= 65535:
+                raise BadRequest(f"master_port: {b['master_port']} is not a port (1..65535)")
+            if not 2 <= b["world_size"] <= 1 << 16 or not 1 <= b["rank_offset"] < b["world_size"]:
+                raise BadRequest(f"world_size {b['world_size']}, rank_offset {b['rank_offset']}: need "
+                                 f"2 <= world_size and 1 <= rank_offset < world_size (the trainer is rank 0)")
+            if not b["master_address"] or not b["group_name"]:
+                raise BadRequest("master_address and group_name must not be empty")
             if b["group_name"] in self.groups:
                 raise BadRequest(f"group {b['group_name']!r} already exists")
-            backend = b.get("backend") or ("nccl" if self.engine.device.type == "cuda" else "gloo")
+            backend = b.get("backend")
+            if backend is None:
+                backend = "nccl" if self.engine.device.type == "cuda" else "gloo"
+            if not isinstance(backend, str) or backend not in WEIGHT_BACKENDS:
+                raise BadRequest(f"backend: expected one of {WEIGHT_BACKENDS}, got {str(backend)[:60]!r}")
             group = await asyncio.to_thread(
                 WeightGroup.join, b["master_address"], b["master_port"], b["world_size"],
                 b["rank_offset"], b["group_name"], backend, self.group_timeout_s)
-        except (BadRequest, ValueError, RuntimeError, OSError) as e:
-            return web.json_response({"success": False, "message": f"{type(e).__name__}: {e}"}, status=400)
+        except (BadRequest, ValueError, RuntimeError, OSError, TypeError) as e:
+            return self._failed(e)
         self.groups[b["group_name"]] = group
         return web.json_response({"success": True, "message": f"joined {b['group_name']} as rank {group.rank}"})
 
     async def update_weight_version(self, request: web.Request) -> web.Response:
         try:
             body = await self._json(request)
+            version = body.get("new_version")
+            if not isinstance(version, str):
+                raise BadRequest("new_version: expected a string")
+            abort_all = self._flag(body, "abort_all_requests", True)
         except BadRequest as e:
-            return self._bad(str(e))
-        version = body.get("new_version")
-        if not isinstance(version, str):
-            return self._bad("new_version: expected a string")
-        if body.get("abort_all_requests", True):
+            return self._bad(str(e), e.status)
+        if abort_all:
             await asyncio.to_thread(self.engine.abort, None, "Abort by /update_weight_version")
         await asyncio.to_thread(self.engine.set_version, version)
         return web.json_response({"success": True, "message": f"weight_version {version}"})
 
     async def flush_cache(self, request: web.Request) -> web.Response:
+        try:
+            await self._json(request)  # no fields, but a malformed body is still refused
+        except BadRequest as e:
+            return self._bad(str(e), e.status)
         n = self.engine.in_flight()
         if n:
             return self._bad(f"Cache not flushed because there are {n} pending requests")
         return web.json_response({"success": True, "message": "Cache flushed."})
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[bearer_auth_middleware(self.token)], client_max_size=64 << 20)
+        app = web.Application(middlewares=[bearer_auth_middleware(self.token)],
+                              client_max_size=MAX_BODY_BYTES)
         app.add_routes([
             web.post("/generate", self.generate),
             web.get("/health", self.health),
@@ -259,8 +333,9 @@ class GeneratorServer:
 
 def build_server(model_path: str, max_batch_size: int = 32, device: str = "auto", dtype: str = "float32",
                  max_context_len: int = 0, token: str = "", group_timeout_s: float = 600.0,
-                 weight_version: str = "0") -> GeneratorServer:
-    """Load the model (and its tokenizer, if the folder has one) and start the engine."""
+                 weight_version: str = "0", weights_dirs: Sequence[str] = ()) -> GeneratorServer:
+    """Load the model (and its tokenizer, if the folder has one) and start the engine.
+    `weights_dirs`: where /update_weights_from_disk may load from (default: the model's folder)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     if device == "auto":
@@ -281,7 +356,8 @@ def build_server(model_path: str, max_batch_size: int = 32, device: str = "auto"
     decode = (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)) if tokenizer else None
     engine = Engine(model, eos, max_batch_size, ctx, decode, weight_version).start()
     meta = ModelMeta(model_path, int(cfg.vocab_size), ctx)
-    return GeneratorServer(engine, meta, tokenizer, token, group_timeout_s)
+    return GeneratorServer(engine, meta, tokenizer, token, group_timeout_s,
+                           list(weights_dirs) or [model_path])
 
 
 def _generation_config(path: str, cls):

@@ -78,11 +78,12 @@ def server(tiny_model_dir):
 
 
 @pytest.fixture
-def fresh_server(tiny_model_dir):
-    """A server of its own (weights get changed)."""
+def fresh_server(tiny_model_dir, tmp_path_factory):
+    """A server of its own (weights get changed, from checkpoints under pytest's temp folder)."""
     from rollout.generator.launch import start_embedded_generator
 
-    h = start_embedded_generator(tiny_model_dir, max_batch_size=16, torch_threads=1)
+    h = start_embedded_generator(tiny_model_dir, max_batch_size=16, torch_threads=1,
+                                 weights_dirs=[str(tmp_path_factory.getbasetemp())])
     yield h
     h.stop()
 

@@ -21,8 +21,9 @@ def engine(tiny_model_dir):
 
 
 @pytest.fixture(scope="module")
-def generator(tiny_model_dir):
-    with start_embedded_generator(tiny_model_dir, max_batch_size=4, torch_threads=1) as h:
+def generator(tiny_model_dir, tmp_path_factory):
+    with start_embedded_generator(tiny_model_dir, max_batch_size=4, torch_threads=1,
+                                  weights_dirs=[str(tmp_path_factory.getbasetemp())]) as h:
         yield h
 
 
