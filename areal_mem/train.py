@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -87,8 +87,9 @@ class TrainPipeline:
                                          mistake_rate=sft.oracle_mistake_rate, seed=cfg.seed)
             log.info("oracle demonstrations: %s", stats)
             self.results["oracle"] = stats
+        threads = sft.threads or os.cpu_count() or 1
         self._run("sft", ["sft", "--config", self.config_path, "--data", demos,
-                          f"learner.sft.out_dir={out}"])
+                          f"learner.sft.out_dir={out}"], env={"OMP_NUM_THREADS": str(threads)})
         return out
 
     # ---- evaluation and RL ----
@@ -107,7 +108,8 @@ class TrainPipeline:
               f"on {summary['questions']} questions, {summary['mean_turns']:.2f} turns each", flush=True)
         return summary
 
-    def rl(self, start_model: str) -> str:
+    def rl(self, start_model: str, on_tick: Optional[Callable[[object], None]] = None) -> str:
+        """`on_tick(launcher)` runs at every supervision tick (fault injection in the soak)."""
         from .launch.local import LocalLauncher
         from .launch.progress import ProgressBar
 
@@ -127,7 +129,7 @@ class TrainPipeline:
             launcher.start_services()
             launcher.start_learner()
             launcher.start_workers()
-            code = launcher.supervise(on_tick=bar.update)
+            code = launcher.supervise(on_tick=lambda: (bar.update(), on_tick and on_tick(launcher)))
         finally:
             launcher.stop_all()
             bar.close()
@@ -137,14 +139,15 @@ class TrainPipeline:
         self.record_time("rl", start)
         return final
 
-    def _run(self, name: str, argv: List[str]) -> None:
+    def _run(self, name: str, argv: List[str], env: Optional[Dict[str, str]] = None) -> None:
         logs = os.path.join(self.cfg.run_dir, "logs")
         os.makedirs(logs, exist_ok=True)
         path = os.path.join(logs, f"{name}.log")
         start = time.time()
         print(f"[train] {name} ... (log {path})", flush=True)
         with open(path, "ab") as f:
-            proc = subprocess.Popen(CLI + argv, stdout=f, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(CLI + argv, stdout=f, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **(env or {})})
             try:
                 code = proc.wait()
             finally:  # Ctrl-C / SIGTERM (raised as SystemExit below) leaves no stage running

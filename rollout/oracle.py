@@ -107,13 +107,17 @@ class OraclePolicy:
             answer = self.rng.choice(self.all_answers) if self._mistake() else task.golden_answers[0]
             return f" The memory holds what I need. </think> The answer is \\boxed{{{answer}}}."
         title = self.rng.choice(self.all_titles) if self._mistake() else missing[0]
-        return f" I need to know about {title}. </think>\n{search_call(title)}"
+        # The query keeps the space that precedes the title in the question and the thought:
+        # byte-level BPE gives " Susvre" and "Susvre" different tokens, so with the space the
+        # query is a token-for-token copy, the pattern a tiny model learns first (induction).
+        return f" I need to know about {title}. </think>\n{search_call(' ' + title)}"
 
     def memory(self, view: ContextView, query: Optional[str]) -> str:
         facts = [view.memory] if view.memory else []
         docs = {}
         for r in view.responses:
             docs.update(split_documents(r))
+        query = query.strip() if query else query
         if query in docs and not self._mistake():
             task = self.tasks.get(view.question)
             text = fact_sentences(docs[query], task) if task else docs[query]

@@ -48,6 +48,8 @@ class SFTConfig:
     warm_start: bool = False
     oracle_questions: int = 0  # train questions to demonstrate; 0: all
     oracle_mistake_rate: float = 0.1  # share of scripted mistakes, so RL has room to improve
+    # torch threads of the SFT stage of `areal-mem train`, which runs alone; 0: every core
+    threads: int = 0
 
 
 @dataclass
@@ -95,3 +97,10 @@ class LearnerConfig:
     log_interval: int = 1
     batch_timeout_s: float = 600.0  # give up waiting for the buffer after this long
     sft: SFTConfig = field(default_factory=SFTConfig)
+    # Surviving generator restarts: the publisher keeps a host copy of the weights it last pushed
+    # (distributed publisher: one model's size in CPU memory), checks the generators every
+    # heal_interval_s and pushes that copy into one that came back (or failed a push) once it is
+    # up; a push waits up to generator_restart_timeout_s for it. Off: a failed push fails the run.
+    heal_generators: bool = True
+    heal_interval_s: float = 1.0
+    generator_restart_timeout_s: float = 300.0

@@ -39,6 +39,26 @@ def test_oracle_demonstrations_are_correct_sft_rows(world_dir, tiny_model_dir, r
     assert len(read_rows(out)) == len(rows)  # the learner's SFT reader takes them as they are
 
 
+def test_oracle_query_copies_the_question_tokens(world_dir, tiny_model_dir, retriever_url, tmp_path):
+    """The searched title is the same token sequence as in the question (a plain copy)."""
+    from transformers import AutoTokenizer
+
+    out = str(tmp_path / "demos.jsonl")
+    write_demonstrations(_cfg(world_dir, tiny_model_dir, retriever_url, tmp_path), out, limit=12,
+                         mistake_rate=0.0, progress=False)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    first = [json.loads(line) for line in open(out) if json.loads(line)["turn"] == 0]
+    for r in first:
+        ids, pl = r["input_ids"], r["prompt_len"]
+        text = tok.decode(ids[pl:])
+        query = json.loads(text.split("<tool_call>\n")[1].split("\n</tool_call>")[0])["arguments"]["query"]
+        q_ids = tok.encode(query)
+        assert query.startswith(" ") and query.strip() in tok.decode(ids[:pl])
+        response = ids[pl:]
+        assert any(response[i:i + len(q_ids)] == q_ids for i in range(len(response))), query
+        assert any(ids[i:i + len(q_ids)] == q_ids for i in range(pl)), query
+
+
 def test_oracle_mistakes(world_dir, tiny_model_dir, retriever_url, tmp_path):
     stats = write_demonstrations(_cfg(world_dir, tiny_model_dir, retriever_url, tmp_path),
                                  str(tmp_path / "bad.jsonl"), limit=12, mistake_rate=1.0, progress=False)
