@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import List, Optional
 
@@ -26,6 +27,7 @@ COMMANDS = {
     "rollout": "rollout.command",
     "train": "areal_mem.train",
     "sft": "learner.sft_command",
+    "bench": "areal_mem.bench.command",
 }
 
 
@@ -46,11 +48,30 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     return parser
 
 
+def pin_cpus() -> None:
+    """Pin this process to the CPUs the launcher gave it (`launcher.cpu_affinity`), if any."""
+    from .launch.plan import AFFINITY_ENV
+
+    value = os.environ.get(AFFINITY_ENV, "")
+    if not value:
+        return
+    try:
+        wanted = {int(c) for c in value.split(",")}
+    except ValueError:
+        raise ConfigError(f"launcher.cpu_affinity: {AFFINITY_ENV}={value!r} is not a list of CPU numbers")
+    have = os.sched_getaffinity(0)
+    if not wanted <= have:
+        raise ConfigError(f"launcher.cpu_affinity: CPU(s) {sorted(wanted - have)} do not exist or are "
+                          f"not usable here ({AFFINITY_ENV}={value}); usable CPUs: {sorted(have)}")
+    os.sched_setaffinity(0, wanted)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     only = argv[0] if argv and argv[0] in COMMANDS else None
     args = build_parser(only).parse_args(argv)
     try:
+        pin_cpus()
         return int(args._run(args) or 0)
     except ConfigError as e:
         print(f"areal-mem {args.command}: config error: {e}", file=sys.stderr)

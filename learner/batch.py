@@ -73,6 +73,7 @@ def collate(rows: Sequence[TrainRow], pad_id: int = 0) -> Dict[str, torch.Tensor
     behav = torch.zeros((B, L - 1))
     adv = torch.zeros((B, L - 1))
     ver = torch.full((B, L - 1), -1, dtype=torch.long)
+    resp = torch.zeros((B, L - 1), dtype=torch.bool)
     for b, r in enumerate(rows):
         n, s = len(r), r.prompt_len - 1
         ids[b, :n] = torch.tensor(r.input_ids)
@@ -82,8 +83,10 @@ def collate(rows: Sequence[TrainRow], pad_id: int = 0) -> Dict[str, torch.Tensor
         behav[b, s:e] = torch.tensor(r.behav_logp, dtype=torch.float)
         adv[b, s:e] = torch.tensor(r.advantages, dtype=torch.float)
         ver[b, s:e] = torch.tensor(r.versions, dtype=torch.long)
+        resp[b, s:e] = True
     return {"input_ids": ids, "attention_mask": attn, "labels": ids[:, 1:], "loss_mask": mask,
-            "behav_logp": behav * mask, "advantages": adv * mask, "versions": ver}
+            "response_mask": resp, "behav_logp": behav * mask, "advantages": adv * mask,
+            "versions": ver}
 
 
 def broadcast_rows(rows: Sequence[TrainRow] | None, src: int = 0) -> List[TrainRow]:

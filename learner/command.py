@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     leader = engine.rank == 0
     if leader:
         save_resolved(cfg)
-    buffer = BufferClient(cfg.buffer.url, token=cfg.buffer.token) if leader else None
+    buffer = BufferClient.from_config(cfg.buffer) if leader else None
     client = None
     if leader and cfg.learner.publisher != PublisherKind.none:
         client = client_from_config(cfg.generator)

@@ -14,6 +14,7 @@ import glob
 import os
 import shutil
 from collections import defaultdict
+from types import MethodType
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -45,6 +46,29 @@ def deepspeed_config(cfg: LearnerConfig) -> dict:
     }
 
 
+def forward_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               keep: torch.Tensor) -> torch.Tensor:
+    """The learner's forward of a causal LM: the backbone on every position, the output head
+    only at label positions `keep` ([B, L-1] bool) -> logits [n_keep, vocab].
+
+    A whole batch's logits are B x L x vocab floats (8k tokens x 152k vocab: 5 GB in fp32), most
+    of them at prompt and tool-response positions that no loss reads. Installed as the model's
+    `forward`, so DeepSpeed's engine and ZeRO-3's module hooks see an ordinary forward. Models
+    whose head is more than a linear layer (logit soft-capping) are not covered.
+    """
+    hidden = self.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return self.get_output_embeddings()(hidden[:, :-1][keep])
+
+
+def _load_causal_lm(path: str):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.config.use_cache = False
+    model.forward = MethodType(forward_at, model)
+    return model
+
+
 MicroLoss = Callable[[Dict[str, torch.Tensor], torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]],
                      Tuple[torch.Tensor, Dict[str, torch.Tensor]]]
 
@@ -54,19 +78,17 @@ class LearnerEngine:
 
     def __init__(self, model_path: str, cfg: LearnerConfig, seed: int = 0):
         import deepspeed
-        from transformers import AutoModelForCausalLM
 
         D.init_distributed()
         self.cfg, self.model_path = cfg, model_path
         self.rank, self.world = D.rank(), D.world_size()
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-        model.config.use_cache = False
+        model = _load_causal_lm(model_path)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         self.ref = None
         if cfg.kl_coef > 0:
-            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(D.device())
+            self.ref = _load_causal_lm(model_path).to(D.device())
             self.ref.eval().requires_grad_(False)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
@@ -75,11 +97,16 @@ class LearnerEngine:
         self.global_step = 0
 
     # ---- forward passes ----
-    def _forward(self, batch: Dict[str, torch.Tensor], module=None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _forward(self, batch: Dict[str, torch.Tensor], module=None,
+                 keep: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Label-aligned log-probs and entropies [B, L-1] at `keep` (default: the loss mask), 0 elsewhere."""
         dev = D.device()
-        out = (module or self.engine)(input_ids=batch["input_ids"].to(dev),
-                                      attention_mask=batch["attention_mask"].to(dev))
-        return token_logp_entropy(out.logits[:, :-1], batch["labels"].to(dev), self.cfg.temperature)
+        keep = (batch["loss_mask"] > 0 if keep is None else keep).to(dev)
+        logits = (module or self.engine)(input_ids=batch["input_ids"].to(dev),
+                                         attention_mask=batch["attention_mask"].to(dev), keep=keep)
+        logp, ent = token_logp_entropy(logits, batch["labels"].to(dev)[keep], self.cfg.temperature)
+        zeros = torch.zeros(keep.shape, dtype=logp.dtype, device=dev)
+        return zeros.masked_scatter(keep, logp), zeros.masked_scatter(keep, ent)
 
     @torch.no_grad()
     def logprobs(self, rows: Sequence[TrainRow]) -> List[List[float]]:
@@ -87,7 +114,7 @@ class LearnerEngine:
         out = []
         for idx in pack_by_tokens([len(r) for r in rows], self.cfg.micro_batch_tokens):
             b = collate([rows[i] for i in idx])
-            logp, _ = self._forward(b)
+            logp, _ = self._forward(b, keep=b["response_mask"])
             for j, i in enumerate(idx):
                 s = rows[i].prompt_len - 1
                 out.append((i, logp[j, s:s + len(rows[i].loss_mask)].cpu().tolist()))

@@ -52,13 +52,14 @@ async def _main(cfg, args) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    buffer = BufferClient(cfg.buffer.url, token=cfg.buffer.token)
+    buffer = BufferClient.from_config(cfg.buffer)
     async with client_from_config(cfg.generator) as generator:
         retriever = RetrieverClient.from_config(cfg.retriever) if cfg.retriever.urls else None
         try:
             ctx = build_context(cfg.rollout, workflow, generator, tokenizer, retriever)
             worker = RolloutWorker(workflow, ctx, buffer, cursor, cfg.rollout.group_size,
-                                   cfg.rollout.max_concurrent_groups)
+                                   cfg.rollout.max_concurrent_groups, slots_path=os.path.join(
+                                       cfg.run_dir, "rollout", f"worker{args.worker_id}.slots.json"))
             stats = await worker.run(args.max_groups or None, stop)
         finally:
             if retriever is not None:

@@ -3,13 +3,18 @@
 For every group the worker first takes a slot from the buffer (AReaL's staleness
 rule decides), runs the G episodes of one question concurrently through the
 workflow, and puts the finished group in one call, which also frees the slot. A
-group whose episodes fail on a broken service is abandoned (its slot released);
-nothing partial ever reaches the buffer.
+group whose episodes fail on a broken service (a generator restarting) is run again
+from the start after a wait, at most `group_retries` times, then abandoned (its slot
+released); nothing partial ever reaches the buffer. The slots it holds are kept in
+`slots_path`, so a worker restarted after a crash frees its predecessor's slots at
+once (else they would block admission until the buffer's `slot_ttl_s`).
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -27,6 +32,7 @@ class WorkerStats:
     groups_put: int = 0
     groups_duplicate: int = 0  # already accepted before (a retry after a restart)
     groups_failed: int = 0
+    groups_retried: int = 0  # runs of a group started again after its episodes failed
     trajectories: int = 0
     reward_sum: float = 0.0
     started: float = field(default_factory=time.monotonic)
@@ -34,19 +40,24 @@ class WorkerStats:
     def as_dict(self) -> Dict[str, Any]:
         n = max(1, self.trajectories)
         return {"groups_put": self.groups_put, "groups_duplicate": self.groups_duplicate,
-                "groups_failed": self.groups_failed, "trajectories": self.trajectories,
+                "groups_failed": self.groups_failed,
+                "groups_retried": self.groups_retried, "trajectories": self.trajectories,
                 "mean_reward": self.reward_sum / n,
                 "groups_per_s": self.groups_put / max(1e-9, time.monotonic() - self.started)}
 
 
 class RolloutWorker:
     def __init__(self, workflow: Workflow, ctx: WorkflowContext, buffer: Any, cursor: TaskCursor,
-                 group_size: int, max_in_flight: int, acquire_wait_s: float = 2.0) -> None:
+                 group_size: int, max_in_flight: int, acquire_wait_s: float = 2.0,
+                 group_retries: int = 3, retry_wait_s: float = 3.0, slots_path: str = "") -> None:
         if group_size < 1 or max_in_flight < 1:
             raise ValueError("rollout.group_size and rollout.max_concurrent_groups must be >= 1")
         self.workflow, self.ctx, self.buffer, self.cursor = workflow, ctx, buffer, cursor
         self.group_size, self.max_in_flight = group_size, max_in_flight
         self.acquire_wait_s = acquire_wait_s
+        self.group_retries, self.retry_wait_s = group_retries, retry_wait_s  # waits 3, 6, 12 s
+        self.slots_path = slots_path
+        self._held: set = set()  # slots acquired and not yet put or released
         self.stats = WorkerStats()
 
     async def run(self, max_groups: Optional[int] = None,
@@ -55,6 +66,7 @@ class RolloutWorker:
         stop = stop or asyncio.Event()
         in_flight: set = set()
         started = 0
+        await asyncio.to_thread(self._release_predecessors)
         while not stop.is_set() and (max_groups is None or started < max_groups):
             if len(in_flight) >= self.max_in_flight:
                 _, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
@@ -62,6 +74,7 @@ class RolloutWorker:
             slot, version = await asyncio.to_thread(self.buffer.acquire_slot, self.acquire_wait_s)
             if not slot:
                 continue  # the staleness bound says wait; ask again
+            self._hold(slot, True)
             task, group_id = self.cursor.next()
             self.cursor.save()
             started += 1
@@ -72,8 +85,7 @@ class RolloutWorker:
 
     async def _group(self, slot: str, version: int, task: Any, group_id: str) -> None:
         try:
-            trajs: List[Trajectory] = await asyncio.gather(*(
-                run_episode(self.workflow, task, self.ctx, f"{group_id}/{j}") for j in range(self.group_size)))
+            trajs = await self._episodes(task, group_id)
             for traj in trajs:
                 traj.start_version = version
             stored = await asyncio.to_thread(self.buffer.put_group, Group(group_id, trajs), slot)
@@ -81,16 +93,55 @@ class RolloutWorker:
             self.stats.groups_failed += 1
             log.warning("group %s abandoned: %s: %s", group_id, type(e).__name__, e)
             await asyncio.to_thread(self._release, slot)
+            self._hold(slot, False)
             return
+        self._hold(slot, False)  # the put freed it
         if stored:
+            log.info("group %s stored: %d trajectories", group_id, len(trajs))  # soak reports count these
             self.stats.groups_put += 1
             self.stats.trajectories += len(trajs)
             self.stats.reward_sum += sum(t.reward for t in trajs)
         else:
             self.stats.groups_duplicate += 1
 
-    def _release(self, slot: str) -> None:
+    async def _episodes(self, task: Any, group_id: str) -> List[Trajectory]:
+        """The group's G episodes, all run again when one fails (a service restarting)."""
+        attempt = 0
+        while True:
+            try:
+                return await asyncio.gather(*(run_episode(self.workflow, task, self.ctx, f"{group_id}/{j}")
+                                              for j in range(self.group_size)))
+            except Exception as e:  # noqa: BLE001 - retried, then abandoned by the caller
+                if attempt == self.group_retries:
+                    raise
+                wait = self.retry_wait_s * 2 ** attempt
+                attempt += 1
+                self.stats.groups_retried += 1
+                log.warning("group %s: %s: %s; running it again in %.0f s", group_id,
+                            type(e).__name__, str(e)[:200], wait)
+                await asyncio.sleep(wait)
+
+    def _hold(self, slot: str, held: bool) -> None:
+        (self._held.add if held else self._held.discard)(slot)
+        if self.slots_path:
+            os.makedirs(os.path.dirname(self.slots_path) or ".", exist_ok=True)
+            with open(self.slots_path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(sorted(self._held), f)
+            os.replace(self.slots_path + ".tmp", self.slots_path)
+
+    def _release_predecessors(self) -> None:
+        """Free the slots a crashed predecessor of this worker still held."""
+        if not self.slots_path or not os.path.exists(self.slots_path):
+            return
+        with open(self.slots_path, encoding="utf-8") as f:
+            slots = json.load(f)
+        freed = sum(1 for slot in slots if self._release(slot))
+        log.info("freed %d of %d slot(s) held by this worker before a restart", freed, len(slots))
+        self._hold("", False)
+
+    def _release(self, slot: str) -> bool:
         try:
-            self.buffer.release(slot)
+            return self.buffer.release(slot)
         except Exception as e:  # noqa: BLE001 - the slot expires on the service side anyway
             log.warning("could not release slot: %s", e)
+            return False

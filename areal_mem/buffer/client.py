@@ -29,6 +29,7 @@ import os
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -84,14 +85,22 @@ class Batch:
 class BufferClient:
     url: str  # grpc://host:port
     token: str = ""  # empty: $AREAL_MEM_BUFFER_TOKEN, else none
-    max_retries: int = 5  # reconnect attempts per call
+    max_retries: int = 5  # reconnect attempts per call (at least; see retry_window_s)
+    retry_window_s: float = 0.0  # ...and keep retrying this long (a buffer restart takes seconds)
     timeout_s: float = 60.0  # per call, on top of any server-side wait
     backoff_s: float = 0.2  # doubled after each failed attempt, capped at 5 s
     _client: Optional[flight.FlightClient] = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # group ids of the batches this client got, newest last: an ack after a buffer restart names them
+    _served: "OrderedDict[str, List[str]]" = field(default_factory=OrderedDict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.token = self.token or os.environ.get(TOKEN_ENV, "")
+
+    @classmethod
+    def from_config(cls, cfg) -> "BufferClient":
+        """A client of `cfg.url` (a `BufferConfig`) that waits out a restart of the buffer."""
+        return cls(cfg.url, token=cfg.token, retry_window_s=cfg.client_retry_window_s)
 
     # -- rollout side ---------------------------------------------------------
     def acquire(self, wait_s: float = 0.0) -> str:
@@ -145,6 +154,10 @@ class BufferClient:
             meta = json.loads(table.schema.metadata[BATCH_META])
             dropped += meta["dropped_stale"]
             if meta["batch_id"]:
+                with self._lock:
+                    self._served[meta["batch_id"]] = list(meta["group_ids"])
+                    while len(self._served) > 64:
+                        self._served.popitem(last=False)
                 return Batch(meta["batch_id"], table.replace_schema_metadata(None),
                              meta["group_ids"], dropped, meta["version"])
             if deadline is not None and time.monotonic() >= deadline:
@@ -154,7 +167,9 @@ class BufferClient:
     def ack(self, batch_id: str) -> int:
         """The batch was trained: its groups are never served again. Returns their count
         (0 when this batch was acked already)."""
-        return self._action("ack", {"batch_id": batch_id})["acked"]
+        with self._lock:
+            group_ids = self._served.pop(batch_id, [])
+        return self._action("ack", {"batch_id": batch_id, "group_ids": group_ids})["acked"]
 
     def requeue(self, batch_id: str = "") -> int:
         """Put an unacked batch (all of them when no id) back at the head of the queue."""
@@ -198,7 +213,10 @@ class BufferClient:
 
     def _retry(self, fn: Callable[[flight.FlightClient], Any]) -> Any:
         delay = self.backoff_s
-        for attempt in range(self.max_retries + 1):
+        deadline = time.monotonic() + self.retry_window_s
+        attempt = 0
+        while True:
+            attempt += 1
             with self._lock:
                 if self._client is None:
                     self._client = flight.FlightClient(self.url)
@@ -208,9 +226,9 @@ class BufferClient:
             except flight.FlightServerError as e:
                 raise _refusal(e) from None
             except RETRYABLE as e:
-                if attempt == self.max_retries:
-                    raise ConnectionError(f"buffer {self.url}: unreachable after "
-                                          f"{self.max_retries + 1} attempts: {e}") from e
+                if attempt > self.max_retries and time.monotonic() >= deadline:
+                    raise ConnectionError(f"buffer {self.url}: unreachable after {attempt} attempts "
+                                          f"in {self.retry_window_s:.0f}+ s: {e}") from e
                 log.warning("buffer %s: %s; reconnecting in %.1f s", self.url,
                             str(e).splitlines()[0], delay)
                 with self._lock:  # a fresh connection; other threads may still use the old one

@@ -14,6 +14,8 @@
 
 Refusals are `FlightServerError`s whose `extra_info` is JSON `{"code": ...}`
 ("invalid", "duplicate", "unknown_batch", "storage"); the service stays up.
+JSON bodies are strict: unknown fields, wrong types and bodies over `MAX_JSON_BYTES` are
+refused as "invalid" naming the field (this is our own protocol; a typo must not pass).
 """
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Dict, List
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional
 
+import pyarrow as pa
 import pyarrow.flight as flight
 
 from ..security import check_bind, token_matches
@@ -34,13 +38,21 @@ from .store import GroupEntry, GroupStore
 log = logging.getLogger(__name__)
 BATCH_META = b"areal_mem.batch"
 MAX_WAIT_S = 30.0  # longest server-side wait of one call; clients poll again
+ACKED_BATCHES_KEPT = 1024  # acked batch ids remembered to answer a retried ack "already"
+MAX_JSON_BYTES = 64 << 10  # a descriptor, ticket or action body is a few fields
+MAX_VERSION = 2 ** 31 - 1  # versions are int32 in the context rows
 ACTIONS = {
     "acquire": '{"wait_s"?} -> {"slot": id or "", "capacity", "version"}',
     "release": '{"slot"} -> {"released": bool}',
     "set_version": '{"version"} -> {"version", "dropped_stale"}',
-    "ack": '{"batch_id"} -> {"acked": groups, "already": bool}',
+    "ack": '{"batch_id", "group_ids"?} -> {"acked": groups, "already": bool}',
     "requeue": '{"batch_id"?} -> {"requeued": groups} (all unacked batches when no id)',
     "stats": '{} -> counters',
+}
+FIELDS = {  # the fields each JSON body may hold
+    "do_put": ("group_id", "slot"), "do_get": ("n", "request_id", "wait_s"),
+    "acquire": ("wait_s",), "release": ("slot",), "set_version": ("version",),
+    "ack": ("batch_id", "group_ids"), "requeue": ("batch_id",), "stats": (),
 }
 
 
@@ -55,18 +67,21 @@ class BufferService(flight.FlightServerBase):
                  slot_ttl_s: float = 0.0) -> None:
         check_bind("buffer", host, token)
         self.store = GroupStore(data_dir, fsync=fsync)
-        rec = self.store.recover()
+        rec = self.store.recover(max_staleness)
         self.staleness = StalenessManager(max_staleness, batch_groups, max_running,
                                           version=rec.version)
         self.max_memory_groups = max_memory_groups
         self.slot_ttl_s = slot_ttl_s
         self._cond = threading.Condition()
         self._pending: Dict[int, GroupEntry] = {e.seq: e for e in rec.pending}
-        self._known_ids = rec.done_ids | {e.group_id for e in rec.pending}  # refused if put again
+        # Refused if put again: pending or served ids, and done ids until they fall behind the
+        # staleness horizon (a re-put of those would be dropped as stale), so both stay bounded.
+        self._live_ids = {e.group_id for e in rec.pending}
+        self._done_ids: Dict[str, int] = dict(rec.done_starts)  # id -> start version
         self._reserved: set = set()  # puts in progress
         self._next_seq = rec.next_seq
         self._batches: Dict[str, List[GroupEntry]] = {}  # served, not acked
-        self._acked_batches: set = set()
+        self._acked_batches: "OrderedDict[str, None]" = OrderedDict()  # the newest ACKED_BATCHES_KEPT
         self._slots: Dict[str, float] = {}  # slot id -> expiry (monotonic; inf: none)
         self._held = 0  # groups whose table is in memory (bounded by max_memory_groups)
         self.staleness.accepted = len(rec.pending) + rec.acked
@@ -85,18 +100,21 @@ class BufferService(flight.FlightServerBase):
 
     # -- do_put ---------------------------------------------------------------
     def do_put(self, context, descriptor, reader, writer) -> None:
-        body = _json_object(descriptor.command, "do_put descriptor")
+        body = _json_object(descriptor.command, "do_put descriptor", FIELDS["do_put"])
         group_id = _get(body, "group_id", str, "")
         slot = _get(body, "slot", str, "")
-        table = reader.read_all()
         try:
+            table = reader.read_all()
+            dup = sorted({n for n in table.column_names if table.column_names.count(n) > 1})
+            if dup:
+                raise SchemaError(f"duplicate column(s) {dup}")
             group_id = validate_group(table, group_id)
-        except SchemaError as e:
+        except (SchemaError, pa.ArrowException) as e:
             with self._cond:
                 self.counters["refused_invalid"] += 1
             raise refuse("invalid", f"group {group_id!r} refused, nothing stored: {e}") from None
         with self._cond:
-            if group_id in self._known_ids or group_id in self._reserved:
+            if group_id in self._live_ids or group_id in self._done_ids or group_id in self._reserved:
                 self.counters["refused_duplicate"] += 1
                 if self._slots.pop(slot, None) is not None:  # its group is in already
                     self.staleness.release()
@@ -113,7 +131,7 @@ class BufferService(flight.FlightServerBase):
             raise refuse("storage", f"group {group_id!r} could not be stored: {e}") from None
         with self._cond:
             self._reserved.discard(group_id)
-            self._known_ids.add(group_id)
+            self._live_ids.add(group_id)
             if self._held < self.max_memory_groups:
                 entry.table = table
                 self._held += 1
@@ -125,12 +143,14 @@ class BufferService(flight.FlightServerBase):
 
     # -- do_get ---------------------------------------------------------------
     def do_get(self, context, ticket):
-        body = _json_object(ticket.ticket, "do_get ticket")
+        body = _json_object(ticket.ticket, "do_get ticket", FIELDS["do_get"])
         n = _get(body, "n", int, 0)
         request_id = _get(body, "request_id", str, "")
         wait_s = _wait_s(body)
-        if n < 1 or not request_id:
-            raise refuse("invalid", f"do_get ticket needs n >= 1 and a request_id; got {body}")
+        if not 1 <= n <= MAX_VERSION or not request_id:
+            raise refuse("invalid", f"do_get ticket needs n >= 1 (field 'n', at most {MAX_VERSION}) and a "
+                                    f"non-empty field 'request_id'; got n={str(n)[:40]}, "
+                                    f"request_id={request_id[:80]!r}")
         entries, dropped = self._take(request_id, n, wait_s)
         tables = [self.store.read(e) for e in entries]
         table = concat_groups(tables) if tables else CONTEXT_SCHEMA.empty_table()
@@ -170,6 +190,7 @@ class BufferService(flight.FlightServerBase):
         self.store.record_done("drop", stale, version=self.staleness.version)
         for e in stale:
             del self._pending[e.seq]
+        self._mark_done(stale)
         self._forget_tables(stale)
         self.staleness.on_dropped(len(stale))
         self.counters["dropped_stale"] += len(stale)
@@ -185,7 +206,8 @@ class BufferService(flight.FlightServerBase):
         handler = getattr(self, f"_action_{action.type}", None)
         if action.type not in ACTIONS or handler is None:
             raise refuse("invalid", f"unknown action {action.type!r}; known: {', '.join(ACTIONS)}")
-        result = handler(_json_object(action.body.to_pybytes(), f"action {action.type!r} body"))
+        result = handler(_json_object(action.body.to_pybytes(), f"action {action.type!r} body",
+                                      FIELDS[action.type]))
         yield flight.Result(json.dumps(result).encode())
 
     def _action_acquire(self, body: Dict[str, Any]) -> Dict[str, Any]:
@@ -217,12 +239,16 @@ class BufferService(flight.FlightServerBase):
 
     def _action_set_version(self, body: Dict[str, Any]) -> Dict[str, Any]:
         version = _get(body, "version", int, None)
-        if version is None or version < 0:
-            raise refuse("invalid", f"set_version needs a version >= 0; got {body}")
+        if version is None or not 0 <= version <= MAX_VERSION:
+            raise refuse("invalid", f"field 'version': set_version needs a version in 0..{MAX_VERSION}; "
+                                    f"got {str(version)[:40]}")
         with self._cond:
             if version != self.staleness.version:
                 self.store.record_version(version)
                 self.staleness.version = version
+                horizon = version - self.staleness.max_staleness
+                for gid in [g for g, start in self._done_ids.items() if start < horizon]:
+                    del self._done_ids[gid]
             dropped = self._drop_stale()
             self._cond.notify_all()
             return {"version": version, "dropped_stale": dropped}
@@ -232,13 +258,17 @@ class BufferService(flight.FlightServerBase):
         with self._cond:
             if batch_id in self._acked_batches:
                 return {"acked": 0, "already": True}
-            entries = self._batches.get(batch_id)
+            entries = self._batches.pop(batch_id, None)
+            if entries is None:  # a restart re-queued it: ack its groups if none was served again
+                entries = self._requeued(_get(body, "group_ids", list, []))
             if entries is None:
                 raise refuse("unknown_batch", f"unknown batch {batch_id!r} (never served, or "
                                               f"re-queued by a restart of the buffer)")
             self.store.record_done("ack", entries, batch_id=batch_id)
-            del self._batches[batch_id]
-            self._acked_batches.add(batch_id)
+            self._acked_batches[batch_id] = None
+            while len(self._acked_batches) > ACKED_BATCHES_KEPT:
+                self._acked_batches.popitem(last=False)
+            self._mark_done(entries)
             self._forget_tables(entries)
             self.counters["groups_acked"] += len(entries)
             return {"acked": len(entries), "already": False}
@@ -273,6 +303,22 @@ class BufferService(flight.FlightServerBase):
                     "in_memory_groups": self._held}
 
     # -- helpers --------------------------------------------------------------
+    def _requeued(self, group_ids: List[Any]) -> Optional[List[GroupEntry]]:
+        """The pending entries of exactly these ids (a batch the learner trained while the buffer
+        restarted), taken out of the queue; None if any is not pending."""
+        by_id = {e.group_id: e for e in self._pending.values()}
+        if not group_ids or not all(isinstance(g, str) and g in by_id for g in group_ids):
+            return None
+        entries = [by_id[g] for g in group_ids]
+        for e in entries:
+            del self._pending[e.seq]
+        return entries
+
+    def _mark_done(self, entries: List[GroupEntry]) -> None:
+        for e in entries:
+            self._live_ids.discard(e.group_id)
+            self._done_ids[e.group_id] = e.start_version
+
     def _forget_tables(self, entries: List[GroupEntry]) -> None:
         for e in entries:
             if e.table is not None:
@@ -302,25 +348,33 @@ class _TokenAuth(flight.ServerMiddlewareFactory):
         return None
 
 
-def _json_object(raw: bytes, what: str) -> Dict[str, Any]:
+def _json_object(raw: bytes, what: str, allowed: tuple) -> Dict[str, Any]:
+    """A JSON object with only `allowed` fields (empty bytes: {})."""
+    if raw and len(raw) > MAX_JSON_BYTES:
+        raise refuse("invalid", f"{what} is {len(raw)} bytes, more than the limit of {MAX_JSON_BYTES}")
     try:
         body = json.loads(raw or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise refuse("invalid", f"{what} is not JSON: {e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise refuse("invalid", f"{what} is not JSON: {type(e).__name__}: {str(e)[:200]}") from None
     if not isinstance(body, dict):
         raise refuse("invalid", f"{what} must be a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise refuse("invalid", f"{what}: unknown field {unknown[0][:80]!r}; allowed: "
+                                f"{', '.join(allowed) or 'none'}")
     return body
 
 
 def _wait_s(body: Dict[str, Any]) -> float:
     """The server-side wait a call asks for, within 0..MAX_WAIT_S (NaN counts as 0)."""
-    wait = float(_get(body, "wait_s", (int, float), 0.0))
-    return min(wait, MAX_WAIT_S) if wait > 0 else 0.0
+    wait = _get(body, "wait_s", (int, float), 0.0)
+    return float(min(wait, MAX_WAIT_S)) if wait > 0 else 0.0
 
 
 def _get(body: Dict[str, Any], key: str, typ, default):
     value = body.get(key, default)
     if value is not default and (not isinstance(value, typ) or isinstance(value, bool)):
         names = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
-        raise refuse("invalid", f"field {key!r} must be {names}, got {value!r}")
+        raise refuse("invalid", f"field {key!r} must be {names}, got {type(value).__name__} "
+                                f"{str(value)[:60]}")
     return value

@@ -10,6 +10,12 @@ records what must survive a crash besides the files: acked and dropped group ids
 (so a retried put of a trained group is still refused) and the learner's version.
 Acked and dropped files are deleted once the ledger says so; recovery finishes
 any deletion a crash interrupted.
+
+Days-long runs: each ack/drop record carries the newest start version of its
+groups (`start`). Once that is older than `version - max_staleness`, a re-put of
+those ids would be dropped as stale anyway, so recovery does not load them, and
+rewrites the ledger without them once `compact_min_records` such records piled up
+(`acked_total` keeps the count): memory and the ledger stay bounded.
 """
 from __future__ import annotations
 
@@ -43,13 +49,16 @@ class GroupEntry:
 @dataclass
 class Recovered:
     pending: List[GroupEntry]  # accepted, not acked or dropped, by seq
-    done_ids: Set[str]  # acked or dropped: never served again, refused if put again
+    done_ids: Set[str]  # acked or dropped (within the staleness horizon): refused if put again
+    done_starts: Dict[str, int]  # done id -> newest start version of its ledger record
     acked: int  # groups trained; they still count as accepted for admission
     version: int
     next_seq: int
 
 
 class GroupStore:
+    compact_min_records = 1000  # rewrite the ledger once this many records are past the horizon
+
     def __init__(self, root: str, fsync: bool = True) -> None:
         self.root = root
         self.fsync = fsync
@@ -96,16 +105,24 @@ class GroupStore:
     def record_done(self, kind: str, entries: Iterable[GroupEntry], **extra) -> None:
         """Ledger `kind` ("ack" or "drop") for these groups, then delete their files."""
         entries = list(entries)
-        self._append({kind: [e.group_id for e in entries], **extra})
+        start = max((e.start_version for e in entries), default=0)
+        self._append({kind: [e.group_id for e in entries], "start": start, **extra})
         paths = [e.path for e in entries]
         self._deleter.submit(lambda: [_unlink(p) for p in paths])
 
     def record_version(self, version: int) -> None:
         self._append({"version": version})
 
-    def recover(self) -> Recovered:
-        """Rebuild the state from the run dir: finish deletions, drop torn puts."""
-        done, acked, version = self._read_ledger()
+    def recover(self, max_staleness: Optional[int] = None) -> Recovered:
+        """Rebuild the state from the run dir: finish deletions, drop torn puts. With
+        `max_staleness`, forget done ids past the staleness horizon and compact the ledger."""
+        records, acked, version = self._read_ledger()
+        horizon = None if max_staleness is None else version - max_staleness
+        kept = [r for r in records if horizon is None or r.get("start", horizon) >= horizon]
+        done: Dict[str, int] = {}
+        for rec in records:  # every done id: a file left by a crash must still be deleted
+            for gid in (*rec.get("ack", ()), *rec.get("drop", ())):
+                done[gid] = rec.get("start", version)
         max_seq = -1  # file names may be reused once acked files are gone; order is kept
         pending: List[GroupEntry] = []
         for name in sorted(os.listdir(self.groups_dir)):
@@ -128,14 +145,23 @@ class GroupStore:
                 continue
             pending.append(GroupEntry(seq, gid, path, _start_version(table), table.num_rows,
                                       table.nbytes))
-        return Recovered(pending, done, acked, version, max_seq + 1)
+        done = {gid: rec.get("start", version) for rec in kept
+                for gid in (*rec.get("ack", ()), *rec.get("drop", ()))}
+        if len(records) - len(kept) >= self.compact_min_records:
+            kept_acked = sum(len(rec.get("ack", ())) for rec in kept)
+            self._rewrite([{"version": version, "acked_total": acked - kept_acked},
+                           *({k: v for k, v in r.items() if k != "version"} for r in kept)])
+            log.info("%s: compacted; %d record(s) past the staleness horizon forgotten",
+                     self.ledger_path, len(records) - len(kept))
+        return Recovered(pending, set(done), done, acked, version, max_seq + 1)
 
-    def _read_ledger(self) -> Tuple[Set[str], int, int]:
-        done: Set[str] = set()
+    def _read_ledger(self) -> Tuple[List[Dict], int, int]:
+        """(ack/drop records, groups acked in all, version)."""
+        records: List[Dict] = []
         acked = 0
         version = 0
         if not os.path.exists(self.ledger_path):
-            return done, acked, version
+            return records, acked, version
         with open(self.ledger_path, "rb") as f:
             data = f.read()
         complete = data.rfind(b"\n") + 1
@@ -149,11 +175,21 @@ class GroupStore:
                 rec: Dict = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{self.ledger_path}:{lineno}: corrupt ledger record: {e}") from None
-            done.update(rec.get("ack", ()))
-            acked += len(rec.get("ack", ()))
-            done.update(rec.get("drop", ()))
+            if "ack" in rec or "drop" in rec:
+                records.append(rec)
+            acked += len(rec.get("ack", ())) + rec.get("acked_total", 0)
             version = rec.get("version", version)
-        return done, acked, version
+        return records, acked, version
+
+    def _rewrite(self, records: List[Dict]) -> None:
+        """Replace the ledger atomically (write, fsync, rename, fsync the directory)."""
+        tmp = self.ledger_path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.ledger_path)
+        _fsync_path(self.root)
 
     def _append(self, record: Dict) -> None:
         with open(self.ledger_path, "a", encoding="utf-8") as f:

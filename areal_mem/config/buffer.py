@@ -14,3 +14,6 @@ class BufferConfig:
     max_running_groups: int = 0  # groups in flight, all workers; 0: rollout.num_workers * max_concurrent_groups
     fsync: bool = True  # an accepted group is fsynced to disk before the put returns
     slot_ttl_s: float = 3600.0  # a rollout slot not put/released by then is freed; 0: never
+    # clients (rollout workers, learner) keep retrying an unreachable buffer this long, so a
+    # buffer that the launcher restarts (same address, same run dir) loses them no call
+    client_retry_window_s: float = 120.0

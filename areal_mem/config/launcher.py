@@ -53,3 +53,12 @@ class LauncherConfig:
     ray_learner_strategy: PlacementStrategy = PlacementStrategy.PACK
     # per role (retriever, generator, buffer, learner, rollout), e.g. ray_resources.learner.num_gpus=1
     ray_resources: Dict[str, RayRoleResources] = field(default_factory=dict)
+    # CPU pinning per role (retriever, generator, buffer, learner, rollout), e.g.
+    # {generator: [0], learner: [1]}: generation and training on separate cores. Empty: no pinning.
+    cpu_affinity: Dict[str, List[int]] = field(default_factory=dict)
+    # Fault tolerance: a learner that dies is restarted (all ranks) and resumes from its last
+    # checkpoint when learner.resume is auto; off: a dead learner ends the run.
+    restart_learner: bool = True
+    # Before a learner starts, wait this long for a torch extension build lock
+    # (~/.cache/torch_extensions/*/*/lock) to go; one left by a killed build is reported by name.
+    extension_lock_timeout_s: float = 120.0

@@ -1,15 +1,22 @@
 """`launcher: local`: every process of a run (`plan.py`) as a child of this machine.
 
 Services start in order, each ready (its URL in its ready file) before the next;
-then the learner ranks and the rollout workers. A rollout worker or generator
-that dies is restarted after a backoff (0, 1, 3, 7... s, at most 30 s; at most
-`launcher.max_restarts` times), a generator on its old port with the newest
-published weights; the learner finishing ends the run; `stop_all` (also on SIGINT/SIGTERM)
-stops every child, each in its own process group, so nothing is orphaned.
+then the learner ranks and the rollout workers. A process that dies is restarted
+after a backoff (0, 1, 3, 7... s, at most 30 s; at most `launcher.max_restarts`
+times): a rollout worker as it was; a service (generator, buffer, retriever) on its
+old port, so every client reaches it again at the same address (the buffer recovers
+from its run dir); a generator with the current weights: the disk publisher's newest
+push, or, under the distributed publisher, paused until the learner has pushed the
+weights it last published into it (`learner/publishers`); the learner ranks together,
+resuming from the last checkpoint (`launcher.restart_learner`, `learner.resume: auto`).
+The learner finishing ends the run; `stop_all` (also on SIGINT/SIGTERM) stops every
+child, each in its own process group, so nothing is orphaned.
 Logs: `<run_dir>/logs/<name>.log`.
 """
 from __future__ import annotations
 
+import asyncio
+import glob
 import logging
 import os
 import signal
@@ -62,6 +69,7 @@ class LocalLauncher:
         return self.addresses
 
     def start_learner(self) -> None:
+        check_extension_locks(self.cfg.launcher.extension_lock_timeout_s)
         port = free_port()
         self.learners = [self._start(s) for s in learner_specs(
             self.cfg, self.config_path, self.addresses, "127.0.0.1", port)]
@@ -75,6 +83,9 @@ class LocalLauncher:
         while True:
             codes = [c.returncode for c in self.learners]
             failed = [c for c in self.learners if c.returncode not in (None, 0)]
+            if failed and not self._stopping and self._learner_may_restart(failed[0]):
+                self._restart_learners(failed[0])
+                continue
             if failed:
                 log.error("%s", failed[0].failure("failed").args[0])
                 return failed[0].returncode
@@ -100,11 +111,48 @@ class LocalLauncher:
         log.warning("%s exited with %s; restart %d of at most %d", name, child.returncode,
                     child.restarts + 1, limit)
         argv = None
-        if name.startswith("generator"):  # same address, newest weights
+        port = urlparse(child.url).port if child.url else None
+        # Under the distributed publisher a restarted generator holds the start model: it waits
+        # (paused) until the learner's publisher sees it back and pushes the weights it last
+        # published, which also continues it. SGLang has no paused start: paused once ready.
+        hold = name.startswith("generator") and self.cfg.learner.publisher.value == "distributed"
+        embedded = self.cfg.generator.backend.value == "embedded"
+        if name.startswith("generator"):  # same address, current weights
             path, version = latest_weights(self.cfg.run_dir)
-            argv = generator_argv(self.config_path, path, urlparse(child.url).port or 0, version)
+            argv = generator_argv(self.config_path, path, port or 0, version)
+            argv += ["--paused"] if hold and embedded else []
+        elif port:  # a service comes back at the address its clients know
+            argv = [*self.specs[name].argv, "--port", str(port)]
         restarts = child.restarts + 1
-        self._start(self.specs[name], argv).restarts = restarts
+        new = self._start(self.specs[name], argv)
+        new.restarts = restarts
+        if hold and not embedded:
+            pause_generator(new.url, self.generator_token())
+        if hold:
+            log.info("%s paused until the learner pushes its current weights", name)
+
+    def generator_token(self) -> str:
+        """The token the launcher's own calls to a generator carry."""
+        return self.cfg.generator.token
+
+    def _learner_may_restart(self, child: ChildProcess) -> bool:
+        lc = self.cfg.launcher
+        return (lc.restart_learner and self.cfg.learner.resume.value == "auto"
+                and child.restarts < lc.max_restarts)
+
+    def _restart_learners(self, failed: ChildProcess) -> None:
+        """Every rank again (a torch.distributed job cannot lose one), on a fresh master port;
+        the learner resumes from its last checkpoint and re-queues the batch it had not acked."""
+        restarts = failed.restarts + 1
+        log.warning("%s exited with %s; restarting the learner (%d of at most %d), resuming from "
+                    "its last checkpoint", failed.name, failed.returncode, restarts,
+                    self.cfg.launcher.max_restarts)
+        for child in self.learners:
+            child.stop(timeout_s=20)
+        time.sleep(min(30.0, 2.0 ** (restarts - 1) - 1))
+        self.start_learner()
+        for child in self.learners:
+            child.restarts = restarts
 
     def stop_all(self) -> None:
         """Reverse start order: workers (no new groups), learner, then the services."""
@@ -126,3 +174,40 @@ def latest_weights(run_dir: str) -> Tuple[str, int]:
         return "", 0
     version, path = pushes[-1]
     return path, version
+
+
+def pause_generator(url: str, token: str = "") -> None:
+    """Hold a generator's requests until someone continues it (SGLang's /pause_generation)."""
+    from rollout.generator.client import GeneratorClient
+
+    async def pause() -> None:
+        async with GeneratorClient([url], token=token) as client:
+            await client.pause("abort")
+
+    asyncio.run(pause())
+
+
+def extension_lock_paths() -> List[str]:
+    """The build locks of torch C++ extensions (DeepSpeed's shm op) this user's processes use."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "torch_extensions")
+    return sorted(glob.glob(os.path.join(root, "*", "*", "lock")))  # <root>/py311_cpu/<op>/lock
+
+
+def check_extension_locks(timeout_s: float) -> None:
+    """A process killed while it compiled a torch extension leaves its `lock` file behind, and
+    every later learner then waits on it forever. Wait up to `timeout_s` for a build in progress
+    to finish; a lock still there is reported by name (deleting it is the user's call: it may
+    belong to another user's build)."""
+    deadline = time.monotonic() + timeout_s
+    locks = extension_lock_paths()
+    while locks and time.monotonic() < deadline:
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        locks = [p for p in locks if os.path.exists(p)]
+    if locks:
+        ages = ", ".join(f"{p} ({time.time() - os.path.getmtime(p):.0f} s old)" for p in locks
+                         if os.path.exists(p))
+        raise RuntimeError(
+            f"a torch extension build lock is still held after {timeout_s:.0f} s: {ages}. A process "
+            f"killed while compiling leaves it behind and the learner would wait on it forever; if "
+            f"no build is running, delete it (launcher.extension_lock_timeout_s sets the wait)")

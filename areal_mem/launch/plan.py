@@ -13,6 +13,9 @@ from omegaconf import DictConfig
 
 from ..config import ConfigError
 
+AFFINITY_ENV = "AREAL_MEM_CPUS"  # CPUs a process pins itself to at start (`areal_mem.cli.main`)
+ROLES = ("retriever", "generator", "buffer", "learner", "rollout")
+
 
 @dataclass
 class ProcessSpec:
@@ -42,7 +45,7 @@ def service_specs(cfg: DictConfig, config_path: str) -> List[ProcessSpec]:
     specs = []
     if not cfg.retriever.urls:
         specs.append(ProcessSpec("retriever", ["retriever", "serve", "--config", config_path],
-                                 service=True))
+                                 service=True, restart=True))
     if not cfg.generator.urls:
         gpu = cfg.generator.backend.value == "sglang"
         for i in range(cfg.generator.num_servers):
@@ -50,8 +53,9 @@ def service_specs(cfg: DictConfig, config_path: str) -> List[ProcessSpec]:
                                      restart=True, env=_generator_devices(cfg, i),
                                      resources={"CPU": 1.0, **({"GPU": 1.0} if gpu else {})}))
     if not cfg.buffer.url:
-        specs.append(ProcessSpec("buffer", ["buffer", "serve", "--config", config_path], service=True))
-    return specs
+        specs.append(ProcessSpec("buffer", ["buffer", "serve", "--config", config_path], service=True,
+                                 restart=True))  # on its old port, from its run dir
+    return with_affinity(cfg, specs)
 
 
 def generator_argv(config_path: str, model_path: str = "", port: int = 0,
@@ -74,11 +78,11 @@ def learner_specs(cfg: DictConfig, config_path: str, addresses: Addresses, maste
                           f"launcher.learner_ranks={n} ranks; give one per rank")
     devices = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))} if gpus else {}
     argv = ["learner", "--config", config_path, *addresses.overrides()]
-    return [ProcessSpec("learner" if n == 1 else f"learner{r}", argv,
+    return with_affinity(cfg, [ProcessSpec("learner" if n == 1 else f"learner{r}", argv,
                         env={"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n),
                              "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": master_addr,
                              "MASTER_PORT": str(master_port), **devices})
-            for r in range(n)]
+            for r in range(n)])
 
 
 def _generator_devices(cfg: DictConfig, i: int) -> Dict[str, str]:
@@ -96,7 +100,21 @@ def _generator_devices(cfg: DictConfig, i: int) -> Dict[str, str]:
 
 def worker_specs(cfg: DictConfig, config_path: str, addresses: Addresses) -> List[ProcessSpec]:
     n = cfg.rollout.num_workers
-    return [ProcessSpec(f"rollout{i}", ["rollout", "--config", config_path, "--worker-id", str(i),
-                                        "--num-workers", str(n), *addresses.overrides()],
-                        restart=True)
-            for i in range(n)]
+    return with_affinity(cfg, [ProcessSpec(f"rollout{i}", ["rollout", "--config", config_path,
+                                                           "--worker-id", str(i), "--num-workers", str(n),
+                                                           *addresses.overrides()], restart=True)
+                               for i in range(n)])
+
+
+def with_affinity(cfg: DictConfig, specs: List[ProcessSpec]) -> List[ProcessSpec]:
+    """Carry `launcher.cpu_affinity[role]` to each process as AFFINITY_ENV (a process's role is
+    its name without the index: generator0 -> generator)."""
+    pins = dict(getattr(cfg.launcher, "cpu_affinity", None) or {})
+    unknown = sorted(set(pins) - set(ROLES))
+    if unknown:
+        raise ConfigError(f"launcher.cpu_affinity: unknown role(s) {unknown}; allowed: {', '.join(ROLES)}")
+    for spec in specs:
+        cpus = pins.get(spec.name.rstrip("0123456789"))
+        if cpus:
+            spec.env[AFFINITY_ENV] = ",".join(str(int(c)) for c in cpus)
+    return specs

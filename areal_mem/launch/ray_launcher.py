@@ -173,6 +173,13 @@ class RayLauncher(LocalLauncher):
             log.info("%s ready at %s", spec.name, child.url)
         return child
 
+    def generator_token(self) -> str:
+        return self.token_env.get(GENERATOR_TOKEN_ENV, "") or self.cfg.generator.token
+
+    def _learner_may_restart(self, child) -> bool:
+        """Not on Ray yet: a restart would need the ranks' placement group again."""
+        return False
+
     def start_learner(self) -> None:
         """All ranks in one placement group; rank 0's node is MASTER_ADDR."""
         n, lc = self.cfg.launcher.learner_ranks, self.cfg.launcher

@@ -3,16 +3,28 @@
 Every learner rank calls `publish` (ZeRO-3 gathers parameters collectively);
 only rank 0 talks to the generators. Bumping the buffer's version is the
 training loop's job, after `publish` returns.
+
+Generator restarts (`heal=True`): a push that fails on a generator (dead, or restarted
+without the weight group) still finishes its collective part, then waits until every
+generator answers again and delivers the weights once more (`_redeliver`). Between
+pushes a watcher thread on rank 0 asks every generator for `/model_info` each
+`heal_interval_s`; one that was unreachable and is back (seen on two checks in a row,
+so the launcher has paused it first), or that reports another weight version than the
+last push, gets the last pushed weights the same way, and is then continued.
 """
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Awaitable, Dict, List, Optional
 
 from ..async_bridge import LoopThread
 from ..batch import TrainRow, broadcast_rows
+
+log = logging.getLogger(__name__)
 
 
 class ProbeMismatch(RuntimeError):
@@ -32,38 +44,140 @@ class PushResult:
 
 class WeightPublisher(ABC):
     def __init__(self, engine, client=None, pause_mode: str = "abort", probe_check: bool = False,
-                 probe_tolerance: float = 1e-4, probe_ids: Optional[List[int]] = None):
+                 probe_tolerance: float = 1e-4, probe_ids: Optional[List[int]] = None,
+                 heal: bool = False, heal_interval_s: float = 1.0, restart_timeout_s: float = 300.0):
         self.engine, self.client = engine, client
         self.pause_mode = pause_mode
         self.probe_check, self.probe_tolerance = probe_check, probe_tolerance
         self.probe_ids = probe_ids or list(range(3, 19))
         self.leader = engine.rank == 0
         self.io = LoopThread() if (self.leader and client is not None) else None
+        self.heal, self.heal_interval_s, self.restart_timeout_s = heal, heal_interval_s, restart_timeout_s
+        self.pushed_version: Optional[int] = None  # rank 0: the version every generator holds
+        self.broken = False  # rank 0: a generator failed or came back since the last delivery
+        self.heals = 0  # deliveries repeated for restarted generators
+        self._lock = threading.RLock()  # a push and the watcher never overlap
+        self._stop = threading.Event()
+        self._watcher: Optional[threading.Thread] = None
 
     def setup(self) -> None:
-        """Once before the first push (e.g. join the weight group)."""
+        """Once before the first push: continue generators that a dead learner left paused
+        mid-push, and start the watcher."""
+        if self.io is None:
+            return
+        self._try(self.client.continue_generation(), "continue")
+        if self.heal and self.heal_interval_s > 0 and self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, name="publisher-heal", daemon=True)
+            self._watcher.start()
 
     @abstractmethod
     def _push(self, version: int, result: PushResult) -> None:
-        """Move the current weights into the generators, stamped `version` (all ranks call)."""
+        """Move the current weights into the generators, stamped `version` (all ranks call).
+        On rank 0, skip the delivery while `self.broken` and set it when a delivery fails."""
+
+    def _redeliver(self) -> None:
+        """Rank 0: deliver the last pushed weights again (all generators are up and paused)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot re-deliver weights")
 
     def publish(self, version: int) -> PushResult:
-        t0 = time.monotonic()
-        result = PushResult(version, 0.0)
-        if self.io is not None:
-            self.io.run(self.client.pause(self.pause_mode))
-        result.pause_s = time.monotonic() - t0
-        try:
-            t1 = time.monotonic()
-            self._push(version, result)
-            result.transfer_s = time.monotonic() - t1
-        finally:
+        with self._lock:
+            t0 = time.monotonic()
+            result = PushResult(version, 0.0)
+            if self.io is not None and not self._try(self.client.pause(self.pause_mode), "pause"):
+                self.broken = True
+            result.pause_s = time.monotonic() - t0
+            try:
+                t1 = time.monotonic()
+                self._push(version, result)
+                result.transfer_s = time.monotonic() - t1
+            finally:
+                if self.io is not None and not self._try(self.client.continue_generation(), "continue"):
+                    self.broken = True
+            if self.io is not None and self.broken:
+                if not self.heal:
+                    raise RuntimeError(f"weight push {version} failed on a generator "
+                                       f"(learner.heal_generators is off)")
+                self._recover()
+                result.extra["healed"] = 1.0
             if self.io is not None:
-                self.io.run(self.client.continue_generation())
+                self.pushed_version = version
         if self.probe_check:
             result.probe_max_diff = self.probe()
         result.seconds = time.monotonic() - t0
         return result
+
+    # ---- generator restarts (rank 0) ----
+    def _try(self, coro: Awaitable, what: str) -> bool:
+        from rollout.generator.client import GeneratorError
+
+        try:
+            self.io.run(coro)
+            return True
+        except GeneratorError as e:
+            log.warning("weight publisher: %s failed: %s", what, e)
+            return False
+
+    def _recover(self) -> None:
+        """Wait until every generator answers, then pause, re-deliver, continue; retried until
+        `restart_timeout_s` has passed (then the error names the generators)."""
+        from rollout.generator.client import GeneratorError
+
+        deadline = time.monotonic() + self.restart_timeout_s
+        was_down = False
+        while True:
+            health = self.io.run(self.client.health())
+            down = [u for u, ok in health.items() if not ok]
+            if was_down and not down:  # just back: let its launcher pause it first
+                was_down = False
+                time.sleep(min(1.0, self.heal_interval_s or 1.0))
+                continue
+            was_down = bool(down)
+            try:
+                if down:
+                    raise GeneratorError(f"generator(s) {down} not answering")
+                self.io.run(self.client.pause(self.pause_mode))
+                try:
+                    self._redeliver()
+                finally:
+                    self.io.run(self.client.continue_generation())
+                self.broken = False
+                self.heals += 1
+                log.warning("weight publisher: generators %s hold the last pushed weights again",
+                            list(health))
+                return
+            except (GeneratorError, RuntimeError) as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"weight publisher: generators not back within "
+                                       f"{self.restart_timeout_s:.0f} s: {e}") from e
+                time.sleep(min(1.0, self.heal_interval_s or 1.0))
+
+    def _watch(self) -> None:
+        from rollout.generator.client import GeneratorError, parse_version
+
+        back_once = False  # a server came back: heal on the next check, after the launcher paused it
+        while not self._stop.wait(self.heal_interval_s):
+            with self._lock:
+                try:
+                    infos = self.io.run(self.client.model_info(), timeout=60)
+                except (GeneratorError, TimeoutError) as e:
+                    if not self.broken:
+                        log.warning("weight publisher: a generator is unreachable (%s)", e)
+                    self.broken, back_once = True, False
+                    continue
+                versions = {parse_version(i.get("weight_version")) for i in infos.values()}
+                if self.pushed_version is not None and versions != {self.pushed_version}:
+                    self.broken = True
+                if not self.broken:  # all hold the last push: none may stay paused (a dead
+                    self._try(self.client.continue_generation(), "continue")  # learner's pause)
+                    continue
+                if not back_once:
+                    back_once = True
+                    continue
+                back_once = False
+                try:
+                    self._recover()
+                except RuntimeError as e:
+                    log.error("%s", e)
 
     def probe(self) -> float:
         """Sample a few tokens from a generator, score them here; the largest log-prob difference.
@@ -93,6 +207,12 @@ class WeightPublisher(ABC):
         return diff
 
     def close(self) -> None:
+        self._stop.set()
+        if self._watcher is not None:
+            with self._lock:  # the watcher finishes what it is doing
+                pass
+            self._watcher.join(timeout=5)
+            self._watcher = None
         if self.io is not None:
             self.io.run(self.client.close())
             self.io.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from .base import PushResult, WeightPublisher
 
@@ -22,6 +22,7 @@ class DiskPublisher(WeightPublisher):
     def __init__(self, engine, client, weights_dir: str, keep: int = 2, **kwargs):
         super().__init__(engine, client, **kwargs)
         self.weights_dir, self.keep = weights_dir, max(1, keep)
+        self.last: Optional[Tuple[int, str]] = None  # (version, path) of the newest push
 
     def path(self, version: int) -> str:
         return os.path.join(self.weights_dir, f"v{version:06d}")
@@ -33,9 +34,15 @@ class DiskPublisher(WeightPublisher):
             return
         result.bytes = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)
                            if f.endswith(".safetensors"))
-        if self.client is not None:
-            self.io.run(self.client.update_weights_from_disk(os.path.abspath(path), version))
+        self.last = (version, os.path.abspath(path))
+        if self.client is not None and not self.broken:
+            self.broken = not self._try(self.client.update_weights_from_disk(*self.last[::-1]),
+                                        f"update_weights_from_disk v{version}")
         self._clean()
+
+    def _redeliver(self) -> None:
+        if self.last is not None:
+            self.io.run(self.client.update_weights_from_disk(self.last[1], self.last[0]))
 
     def _clean(self) -> None:
         for _, old in pushed_versions(self.weights_dir)[:-self.keep]:

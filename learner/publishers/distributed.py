@@ -7,7 +7,9 @@ while rank 0 broadcasts its tensors in the announced order.
 """
 from __future__ import annotations
 
+import logging
 import uuid
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -15,6 +17,8 @@ from areal_mem.net import free_port
 from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets
 
 from .base import PushResult, WeightPublisher
+
+log = logging.getLogger(__name__)
 
 
 class DistributedPublisher(WeightPublisher):
@@ -26,15 +30,26 @@ class DistributedPublisher(WeightPublisher):
         self.group_name = f"weights-{uuid.uuid4().hex[:8]}"
         self.backend = "nccl" if torch.cuda.is_available() else "gloo"
         self.group = None
+        # rank 0, with heal on: (version, buckets on the host) of the last push, to push again
+        self.copy: Optional[Tuple[int, List[List[Tuple[str, torch.Tensor]]]]] = None
 
     def setup(self) -> None:
-        if not self.leader or self.group is not None:
-            return
+        if self.leader and self.group is None:
+            self._join()
+        super().setup()
+
+    def _join(self, timeout_s: float = 600.0) -> None:
+        from rollout.generator.client import GeneratorError
+
+        down = [u for u, ok in self.io.run(self.client.health()).items() if not ok]
+        if down:  # the join would wait for them until its timeout
+            raise GeneratorError(f"cannot form the weight group: generator(s) {down} not answering")
         port = free_port(self.master_address)
         world = 1 + self.ranks_per_server * len(self.client.urls)
         fut = self.io.submit(self.client.init_weights_update_group(
             self.master_address, port, self.group_name, self.backend, self.ranks_per_server))
-        self.group = WeightGroup.join(self.master_address, port, world, 0, self.group_name, self.backend)
+        self.group = WeightGroup.join(self.master_address, port, world, 0, self.group_name,
+                                      self.backend, timeout_s=timeout_s)
         fut.result()
 
     def _push(self, version: int, result: PushResult) -> None:
@@ -43,18 +58,57 @@ class DistributedPublisher(WeightPublisher):
             for _ in named:  # take part in the ZeRO-3 gathers
                 pass
             return
-        self.setup()
+        if self.group is None and not self.broken:
+            try:
+                self._join()
+            except RuntimeError as e:
+                log.warning("weight group: %s", e)
+                self.broken = True
+        copy = []
         for n, bucket in enumerate(iter_buckets(named, self.bucket_bytes)):
-            meta = BucketMeta.of(bucket)
-            fut = self.io.submit(self.client.update_weights_from_distributed(
-                meta.names, meta.dtypes, meta.shapes, self.group_name, version))
-            self.group.broadcast_bucket(bucket)
-            fut.result()
+            if self.heal:  # on the host: a restarted generator gets exactly these weights
+                copy.append([(name, t.detach().to("cpu", copy=True)) for name, t in bucket])
+            if not self.broken:
+                try:
+                    self._send(bucket, version)
+                except RuntimeError as e:  # GeneratorError, or the group lost a member
+                    log.warning("weight push %d failed: %s", version, str(e).splitlines()[0])
+                    self.broken = True
             result.bytes += sum(t.numel() * t.element_size() for _, t in bucket)
             result.extra["buckets"] = n + 1
+        if self.heal:
+            self.copy = (version, copy)
+
+    def _send(self, bucket, version: int) -> None:
+        meta = BucketMeta.of(bucket)
+        fut = self.io.submit(self.client.update_weights_from_distributed(
+            meta.names, meta.dtypes, meta.shapes, self.group_name, version))
+        try:
+            self.group.broadcast_bucket(bucket)
+        except BaseException:
+            fut.cancel()
+            raise
+        fut.result()
+
+    def _redeliver(self) -> None:
+        """A new group with every generator (a restarted one lost the old group), then the copy."""
+        if self.group is not None:
+            try:
+                self.group.close()
+            except RuntimeError as e:
+                log.warning("closing the old weight group: %s", e)
+            self.group = None
+        self.group_name = f"weights-{uuid.uuid4().hex[:8]}"
+        self._join(timeout_s=min(600.0, self.restart_timeout_s))
+        if self.copy is None:
+            return
+        version, buckets = self.copy
+        device = "cuda" if self.backend == "nccl" else "cpu"
+        for bucket in buckets:
+            self._send([(n, t.to(device)) for n, t in bucket], version)
 
     def close(self) -> None:
+        super().close()
         if self.group is not None:
             self.group.close()
             self.group = None
-        super().close()

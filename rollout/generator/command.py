@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--ready-file", metavar="FILE", help="write the server URL here once it serves")
     p.add_argument("--weight-version", default="0",
                    help="version of the weights it starts with, e.g. after a restart (default 0)")
+    p.add_argument("--paused", action="store_true",
+                   help="start paused: /generate waits for /continue_generation (a restarted server "
+                        "that must first receive the learner's current weights)")
     add_config_arguments(p)
 
 
@@ -75,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(g.torch_threads)
     server = build_server(model, g.max_batch_size, g.device, g.dtype, g.max_context_len, token,
                           g.weight_group_timeout_s, args.weight_version, _weights_dirs(cfg, model))
+    if args.paused:
+        server.engine.pause("abort")
 
     async def main() -> None:
         task = asyncio.ensure_future(serve(server, host, port,

@@ -65,6 +65,9 @@ class Engine:
         self.decode = decode  # token ids -> text, for stop strings
         self.version = version
         self.steps = 0
+        # Busy seconds (inside a prefill/decode step) against wall time since start, and tokens
+        # sampled: how much of its time the generator works (`stats()`, reported in /model_info).
+        self.busy_s, self.tokens_out, self.started_at = 0.0, 0, time.monotonic()
         self._step_lock = threading.RLock()  # held for a step and for every change of state
         self._cv = threading.Condition()  # guards the waiting queue, paused, stopping
         self._waiting: Deque[Request] = collections.deque()
@@ -103,6 +106,10 @@ class Engine:
     @property
     def paused(self) -> bool:
         return self._paused
+
+    def stats(self) -> dict:
+        return {"busy_s": self.busy_s, "uptime_s": time.monotonic() - self.started_at,
+                "steps": self.steps, "tokens": self.tokens_out}
 
     def in_flight(self) -> int:
         with self._cv:
@@ -185,6 +192,7 @@ class Engine:
                         continue
                     room = self.max_batch_size - len(self._rows)
                     joiners = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+                t0 = time.monotonic()
                 try:
                     with torch.no_grad():
                         if joiners:
@@ -201,6 +209,8 @@ class Engine:
                         if r.finished_at == 0.0:
                             r.error = error
                             r.complete({"type": "abort", "message": error})
+                finally:
+                    self.busy_s += time.monotonic() - t0
 
     def _forward(self, ids, mask, pos, cache):
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
@@ -243,6 +253,7 @@ class Engine:
         banned = [sorted((set() if r.spec.ignore_eos else self.eos_ids) | set(r.spec.stop_token_ids))
                   if len(r.output_ids) < r.spec.min_new_tokens else () for r in rows]
         tokens, logps = sample(logits, [r.spec for r in rows], [r.generator for r in rows], banned, self._rng)
+        self.tokens_out += len(rows)
         for r, t, lp in zip(rows, tokens.tolist(), logps.tolist()):
             n = len(r.output_ids)
             r.output_ids.append(t)

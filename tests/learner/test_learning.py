@@ -127,7 +127,8 @@ def test_two_rank_zero3_loop_pushes_and_resumes(tiny_model_dir, tmp_path, publis
 
     run_dir = str(tmp_path / "run")
     buffer = BufferProcess(run_dir, overrides=["buffer.max_staleness=1", "buffer.batch_groups=4"])
-    gen = start_embedded_generator(tiny_model_dir, max_batch_size=16, torch_threads=1)
+    gen = start_embedded_generator(tiny_model_dir, max_batch_size=16, torch_threads=1,
+                                   weights_dirs=[run_dir])  # the disk publisher writes there
     producer = Producer(gen.url, buffer.url)
     producer.start()
     try:

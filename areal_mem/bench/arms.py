@@ -1,0 +1,264 @@
+"""Arms of the system benchmarks: `areal-mem train` RL runs from one prepared start, measured.
+
+The start (world, tiny model, index; SFT optional) is prepared once per bench run and every
+arm reuses it, so arms differ only in their overrides. An arm is the real recipe through the
+real local launcher (`areal-mem train --no-eval`); while it runs, this process watches the
+learner's `metrics.jsonl` and polls the generator's `/model_info` (`engine_stats`: busy
+seconds of the engine), so each step gets a wall-clock time and a generator busy reading.
+An arm whose command line is unchanged is not run again (`<arm>/bench_arm.json`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+from ..config import ConfigError
+
+CLI = [sys.executable, "-m", "areal_mem.cli"]
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                              "configs", "debug_cpu.yaml")
+
+
+@dataclass
+class Start:
+    """What every arm starts from."""
+    world: str
+    index: str
+    model: str
+
+    def overrides(self) -> List[str]:
+        return [f"world.dir={self.world}", f"retriever.index_dir={self.index}", f"model.path={self.model}",
+                "learner.sft.warm_start=false"]
+
+
+def prepare_start(config: str, overrides: Sequence[str], out_dir: str, sft: bool = False,
+                  start_from: str = "") -> Start:
+    """`start_from`: a prepared run dir (world/, index/, model/ or sft/model/) to reuse as is;
+    else the train pipeline's own resumable stages build the start in `out_dir`."""
+    if start_from:
+        model = os.path.join(start_from, "sft", "model")
+        if not os.path.exists(os.path.join(model, "config.json")):
+            model = os.path.join(start_from, "model")
+        start = Start(os.path.join(start_from, "world"), os.path.join(start_from, "index"), model)
+        for path, marker in ((start.world, "manifest.json"), (start.index, "manifest.json"),
+                             (start.model, "config.json")):
+            if not os.path.exists(os.path.join(path, marker)):
+                raise ConfigError(f"--start-from {start_from}: {os.path.join(path, marker)} is missing")
+        return start
+    from ..config import load_config
+    from ..train import TrainPipeline
+
+    cfg = load_config([config], [*overrides, f"run_dir={out_dir}", f"learner.sft.warm_start={sft}"])
+    pipeline = TrainPipeline(cfg, evaluate=False)
+    pipeline.prepare()
+    return Start(cfg.world.dir, cfg.retriever.index_dir, pipeline.warm_start())
+
+
+@dataclass
+class Sample:
+    t: float  # seconds since the arm started
+    steps: int  # train steps in metrics.jsonl at that time
+    busy_s: Optional[float] = None  # generator engine busy seconds (None: not reachable)
+    uptime_s: Optional[float] = None
+    tokens: Optional[int] = None
+
+
+@dataclass
+class Arm:
+    name: str
+    argv: List[str]
+    wall_s: float = 0.0
+    steps: List[dict] = field(default_factory=list)  # metrics.jsonl train rows
+    samples: List[Sample] = field(default_factory=list)
+
+    def summary(self) -> Dict[str, float]:
+        return summarize(self.steps, self.samples)
+
+
+def run_arm(run_dir: str, name: str, config: str, start: Start, overrides: Sequence[str],
+            poll_s: float = 0.2, timeout_s: float = 3600.0) -> Arm:
+    """One `areal-mem train --no-eval` in `<run_dir>/arms/<name>-<hash of argv>`, measured."""
+    argv = ["train", "--config", config, "--no-eval", *start.overrides(), *overrides]
+    digest = hashlib.sha1(json.dumps(argv).encode()).hexdigest()[:8]
+    arm_dir = os.path.abspath(os.path.join(run_dir, "arms", f"{name}-{digest}"))
+    record = os.path.join(arm_dir, "bench_arm.json")
+    if os.path.exists(record):
+        with open(record, encoding="utf-8") as f:
+            data = json.load(f)
+        print(f"[bench] {name}: reusing {arm_dir}", flush=True)
+        return Arm(data["name"], data["argv"], data["wall_s"], data["steps"],
+                   [Sample(**s) for s in data["samples"]])
+    shutil.rmtree(arm_dir, ignore_errors=True)  # an unfinished earlier try: its buffer and checkpoints
+    os.makedirs(arm_dir)
+    argv = argv + [f"run_dir={arm_dir}"]
+    arm = Arm(name, argv)
+    log_path = os.path.join(arm_dir, "bench_train.log")
+    print(f"[bench] {name}: areal-mem {' '.join(argv[:3])} ... (log {log_path})", flush=True)
+    metrics_path, config_path = os.path.join(arm_dir, "metrics.jsonl"), os.path.join(arm_dir, "config.yaml")
+    url, t0 = "", time.monotonic()
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(CLI + argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            while proc.poll() is None:
+                if time.monotonic() - t0 > timeout_s:
+                    raise SystemExit(f"areal-mem bench: arm {name} ran past {timeout_s:.0f}s; {log_path}")
+                arm.steps = _train_rows(metrics_path)
+                url = url or _generator_url(config_path)
+                arm.samples.append(Sample(time.monotonic() - t0, len(arm.steps), **_engine_stats(url)))
+                time.sleep(poll_s)
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait()
+    arm.wall_s = time.monotonic() - t0
+    arm.steps = _train_rows(metrics_path)
+    if proc.returncode != 0:
+        with open(log_path, "rb") as f:
+            tail = f.read()[-3000:].decode(errors="replace")
+        raise SystemExit(f"areal-mem bench: arm {name} failed (exit {proc.returncode}); {log_path}:\n{tail}")
+    with open(record, "w", encoding="utf-8") as f:
+        json.dump({**asdict(arm), "summary": arm.summary()}, f, indent=1)
+    return arm
+
+
+def _train_rows(path: str) -> List[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    rows = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line being written
+            continue
+        if row.get("kind") == "train":
+            rows.append(row)
+    return rows
+
+
+def _generator_url(config_path: str) -> str:
+    """The first generator of the RL stage, from the config the learner saves with the addresses."""
+    if not os.path.exists(config_path):
+        return ""
+    from omegaconf import OmegaConf
+
+    try:
+        urls = list(OmegaConf.load(config_path).generator.urls)
+    except Exception:  # a file being written
+        return ""
+    return urls[0] if urls else ""
+
+
+def _engine_stats(url: str) -> dict:
+    if not url:
+        return {}
+    try:
+        with urllib.request.urlopen(url + "/model_info", timeout=2) as resp:
+            stats = json.loads(resp.read()).get("engine_stats") or {}
+    except (OSError, ValueError):
+        return {}
+    return {"busy_s": stats.get("busy_s"), "uptime_s": stats.get("uptime_s"), "tokens": stats.get("tokens")}
+
+
+def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
+    """Steady-state figures over steps 2..N; step 1 includes the cold start.
+
+    Throughput and waits use the learner's own clock (`step_s` runs from asking the buffer for a
+    batch to the end of the push, and the loop starts the next step at once). Generator figures
+    use the engine's busy seconds polled where step 1 and step N were first seen (absent when
+    both were first seen in the same poll).
+    """
+    n = len(steps)
+    if n < 2:
+        raise ValueError(f"the arm trained {n} step(s); the steady-state window needs at least 2")
+    window = steps[1:]
+    span = sum(r["step_s"] for r in window)
+    out: Dict[str, float] = {"steps": n, "window_steps": len(window), "window_s": span,
+                             "step_wall_s": span / len(window),
+                             "groups_per_s": sum(r["groups"] for r in window) / span,
+                             "trained_tokens_per_s": sum(r["n_tokens"] for r in window) / span,
+                             "context_tokens_per_s": sum(_context_tokens(r) for r in window) / span,
+                             "learner_wait_frac": sum(r["wait_s"] for r in window) / span,
+                             "t_train_s": sum(r["step_s"] - r["wait_s"] for r in window) / len(window)}
+    first = next((s for s in samples if s.steps >= 1), None)
+    last = next((s for s in samples if s.steps >= n), None)
+    if (first is not None and last is not None and last.steps > first.steps
+            and first.busy_s is not None and last.busy_s is not None and last.uptime_s > first.uptime_s):
+        gen_busy = last.busy_s - first.busy_s
+        out["t_gen_s"] = gen_busy / (last.steps - first.steps)
+        out["gen_idle_frac"] = 1.0 - gen_busy / (last.uptime_s - first.uptime_s)
+        if gen_busy > 0:
+            out["gen_tokens_per_busy_s"] = (last.tokens - first.tokens) / gen_busy
+    tail = steps[-min(3, n):]
+    out["reward_final"] = sum(r["reward"] for r in tail) / len(tail)
+    out["reward_mean"] = sum(r["reward"] for r in steps) / n
+    out["staleness_mean"] = sum(r.get("staleness_mean", 0.0) for r in steps) / n
+    out["dropped_stale"] = sum(r.get("dropped_stale", 0.0) for r in steps)
+    out["context_tokens_per_step"] = sum(_context_tokens(r) for r in steps) / n
+    out["trained_tokens_per_step"] = sum(r["n_tokens"] for r in steps) / n
+    return out
+
+
+def _context_tokens(row: dict) -> float:
+    """Tokens in the batch's context rows (prompt + response) = trajectories x contexts x mean length."""
+    return row["trajectories"] * row["contexts"] * row["context_tokens"]
+
+
+def affinity_overrides(spec: str) -> List[str]:
+    """`auto`: generator on CPU 0 and learner on CPU 1 when this process may use both; `none`;
+    or `role:cpu+cpu,role:cpu` (e.g. `generator:0,learner:1`)."""
+    if spec == "none":
+        return []
+    if spec == "auto":
+        have = sorted(os.sched_getaffinity(0))
+        return ([f"launcher.cpu_affinity.generator=[{have[0]}]", f"launcher.cpu_affinity.learner=[{have[1]}]"]
+                if len(have) >= 2 else [])
+    out = []
+    for part in spec.split(","):
+        role, _, cpus = part.partition(":")
+        if not cpus:
+            raise ConfigError(f"--affinity {spec!r}: expected role:cpu[+cpu...], got {part!r}")
+        out.append(f"launcher.cpu_affinity.{role.strip()}=[{','.join(cpus.split('+'))}]")
+    return out
+
+
+def add_arm_arguments(parser) -> None:
+    """The arguments every bench that runs arms takes."""
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="the recipe (default configs/debug_cpu.yaml)")
+    parser.add_argument("--run-dir", default="runs/bench", help="where arms, tables and plots go")
+    parser.add_argument("--steps", type=int, default=16, help="learner steps per arm")
+    parser.add_argument("--start-from", default="", metavar="DIR",
+                        help="reuse a prepared run dir (world/, index/, model/ or sft/model/) as the start")
+    parser.add_argument("--sft", action="store_true", help="warm-start the start model by SFT (slow)")
+    parser.add_argument("--poll-s", type=float, default=0.2, help="seconds between polls of an arm's learner "
+                        "metrics and generator")
+    parser.add_argument("--affinity", default="auto",
+                        help="auto | none | role:cpu,... (generator and learner on separate cores)")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override for every arm")
+
+
+def start_of(args) -> Start:
+    return prepare_start(args.config, args.overrides, os.path.join(args.run_dir, "start"), args.sft,
+                         args.start_from)
+
+
+def arm_overrides(args, eta: int, decoupled: bool = True) -> List[str]:
+    return [*args.overrides, *affinity_overrides(args.affinity), f"buffer.max_staleness={eta}",
+            f"learner.decoupled={str(decoupled).lower()}", f"learner.steps={args.steps}",
+            "learner.checkpoint_interval=1000000"]
+
+
+def parse_ints(text: str) -> List[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"expected a comma-separated list of integers, got {text!r}")

@@ -1,0 +1,107 @@
+"""`areal-mem bench async`: the debug recipe synchronous (eta 0) against asynchronous (eta 2, 4).
+
+Same start, same steps, generator and learner pinned to separate cores where the machine has
+two. Throughput is measured over the steady-state window of each arm (`arms.summarize`); the
+machine bound `(t_gen + t_train) / max(t_gen, t_train)` comes from the synchronous arm's
+generator busy seconds per step and learner compute seconds per step: what overlapping the two
+could gain at most.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Dict
+
+from ..config import ConfigError
+from .arms import add_arm_arguments, arm_overrides, parse_ints, run_arm, start_of
+from .output import command_line, markdown_table, new_figure, save_figure, write_json
+
+HELP = "async vs sync: the debug recipe at max_staleness 0, 2, 4; throughput, idle time, bound"
+TARGET_SPEEDUP, TARGET_IDLE = 1.5, 0.10
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_arm_arguments(parser)
+    parser.add_argument("--etas", default="0,2,4", help="staleness bounds; the first is the baseline")
+    parser.add_argument("--figures-dir", default="", help="also copy the plot here (docs/figures)")
+
+
+def analyze(summaries: Dict[int, Dict[str, float]]) -> dict:
+    """Speed-ups against the first arm and the machine bound from its per-step times."""
+    etas = list(summaries)
+    base = summaries[etas[0]]
+    rows = []
+    for eta in etas:
+        s = summaries[eta]
+        rows.append({"eta": eta, **s, "speedup": s["groups_per_s"] / base["groups_per_s"]})
+    t_gen, t_train = base.get("t_gen_s"), base["t_train_s"]
+    out = {"baseline_eta": etas[0], "rows": rows, "t_gen_s": t_gen, "t_train_s": t_train}
+    if t_gen is not None:
+        out["bound"] = (t_gen + t_train) / max(t_gen, t_train)
+        # When training is the slower side, the staleness bound stops rollouts for the rest of
+        # each step: the generator idles at least this share however large eta is.
+        out["idle_floor"] = max(0.0, 1.0 - t_gen / t_train)
+    two = next((r for r in rows if r["eta"] == 2), None)
+    if two is not None and etas[0] == 0:
+        out["target_met"] = bool(two["speedup"] >= TARGET_SPEEDUP and two.get("gen_idle_frac", 1.0) < TARGET_IDLE)
+    return out
+
+
+def plot(result: dict, run_dir: str, figures_dir: str = "") -> list:
+    fig, axes = new_figure(8, 3.5, cols=2)
+    rows = result["rows"]
+    labels = [f"eta {r['eta']}" for r in rows]
+    axes[0][0].bar(labels, [r["speedup"] for r in rows], color="C0")
+    if "bound" in result:
+        axes[0][0].axhline(result["bound"], color="C3", linestyle="--", label=f"machine bound {result['bound']:.2f}x")
+        axes[0][0].legend(fontsize=8)
+    axes[0][0].set_ylabel("groups/s relative to eta 0")
+    axes[0][0].set_title("Throughput")
+    x = range(len(rows))
+    axes[0][1].bar([i - 0.2 for i in x], [100 * r["learner_wait_frac"] for r in rows], 0.4, label="learner waits")
+    axes[0][1].bar([i + 0.2 for i in x], [100 * r.get("gen_idle_frac", 0.0) for r in rows], 0.4,
+                   label="generator idle")
+    axes[0][1].set_xticks(list(x), labels)
+    axes[0][1].set_ylabel("% of wall time")
+    axes[0][1].set_title("Idle time")
+    axes[0][1].legend(fontsize=8)
+    return save_figure(fig, run_dir, "async", figures_dir)
+
+
+def render(result: dict) -> str:
+    pct = lambda v: "-" if v is None else f"{100 * v:.0f}%"  # noqa: E731
+    table = markdown_table(
+        ["eta", "s/step", "groups/s", "trained tok/s", "context tok/s", "speed-up", "learner waits",
+         "generator idle", "gen busy s/step", "train+push s/step", "final reward"],
+        [[r["eta"], r["step_wall_s"], r["groups_per_s"], r["trained_tokens_per_s"], r["context_tokens_per_s"],
+          f"{r['speedup']:.2f}x", pct(r["learner_wait_frac"]), pct(r.get("gen_idle_frac")),
+          r.get("t_gen_s", "-"), r["t_train_s"], r["reward_final"]] for r in result["rows"]])
+    lines = [table, ""]
+    if "bound" in result:
+        best = max(r["speedup"] for r in result["rows"])
+        lines.append(f"machine bound from the eta={result['baseline_eta']} arm: (t_gen + t_train) / max = "
+                     f"({result['t_gen_s']:.2f} + {result['t_train_s']:.2f}) / "
+                     f"{max(result['t_gen_s'], result['t_train_s']):.2f} = {result['bound']:.2f}x; "
+                     f"best measured speed-up {best:.2f}x")
+    if result.get("idle_floor"):
+        lines.append(f"training is the slower side (t_train > t_gen), so the generator idles at least "
+                     f"1 - t_gen / t_train = {100 * result['idle_floor']:.0f}% of the time at any eta")
+    if "target_met" in result:
+        lines.append(f"target (eta 2 >= {TARGET_SPEEDUP}x synchronous, generator idle < "
+                     f"{100 * TARGET_IDLE:.0f}%): {'MET' if result['target_met'] else 'NOT met'}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    etas = parse_ints(args.etas)
+    if args.steps < 2:
+        raise ConfigError(f"--steps {args.steps}: at least 2, the steady-state window starts after step 1")
+    start = start_of(args)
+    summaries = {eta: run_arm(args.run_dir, f"eta{eta}-decoupled", args.config, start,
+                              arm_overrides(args, eta), args.poll_s).summary() for eta in etas}
+    result = analyze(summaries)
+    result["command"] = command_line()
+    result["steps"] = args.steps
+    result["plots"] = plot(result, args.run_dir, args.figures_dir)
+    write_json(args.run_dir, "async", result)
+    print("\n" + render(result), flush=True)
+    return 0

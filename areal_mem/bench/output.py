@@ -1,0 +1,66 @@
+"""What every bench writes: a markdown table printed and kept, a JSON of its numbers, PNG plots."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+from typing import List, Optional, Sequence
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def command_line() -> str:
+    """The command that produced a result, as typed (for the report and the README)."""
+    return "areal-mem " + shlex.join(sys.argv[1:])
+
+
+def write_json(run_dir: str, name: str, data: dict) -> str:
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, f"{name}.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+    return path
+
+
+def read_json(run_dir: str, name: str) -> Optional[dict]:
+    path = os.path.join(run_dir, f"{name}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def new_figure(width: float = 6.0, height: float = 4.0, cols: int = 1):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(1, cols, figsize=(width, height), squeeze=False)
+
+
+def save_figure(fig, run_dir: str, name: str, figures_dir: str = "") -> List[str]:
+    """`<run_dir>/<name>.png`, and a copy in `figures_dir` (the README's, committed) if given."""
+    import matplotlib.pyplot as plt
+
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, f"{name}.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    paths = [path]
+    if figures_dir:
+        os.makedirs(figures_dir, exist_ok=True)
+        paths.append(shutil.copy(path, os.path.join(figures_dir, f"{name}.png")))
+    return paths

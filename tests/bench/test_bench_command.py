@@ -1,0 +1,139 @@
+"""`areal-mem bench`: the async bench on the tiny debug recipe (one arm of three steps in CI, two arms
+marked slow), speed-ups and the target from given numbers, scale from given numbers, and the report;
+every figure is checked against the measurements it rests on."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from areal_mem.bench import asynchrony, command, scale
+from areal_mem.bench.report import write_report
+from areal_mem.cli import main
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = [
+    "world.passages=200", "world.questions=120",
+    "model.init.hidden_size=32", "model.init.intermediate_size=64",
+    "model.init.num_hidden_layers=1", "model.init.num_attention_heads=2",
+    "model.init.num_key_value_heads=1", "model.init.vocab_size=800",
+    "rollout.group_size=2", "rollout.max_turns=2", "rollout.max_new_tokens=24",
+    "rollout.max_concurrent_groups=4", "buffer.batch_groups=2",
+]
+INPUTS = {"faiss_qps": 100.0, "cpu_search_flops": 8.0e9, "cpu_cores": 2, "buffer_put_mbs": 50.0,
+          "buffer_get_mbs": 400.0, "buffer_bytes_per_token": 6.0}
+
+
+def _bench_async(run_dir, etas):
+    cmd = [sys.executable, "-m", "areal_mem.cli", "bench", "async", "--run-dir", str(run_dir), "--steps", "3",
+           "--etas", etas, "--poll-s", "0.05", *TINY]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(run_dir / "async.json", encoding="utf-8") as f:
+        result = json.load(f)
+    records = {}
+    for name in os.listdir(run_dir / "arms"):
+        with open(run_dir / "arms" / name / "bench_arm.json", encoding="utf-8") as f:
+            records[int(name.split("-")[0][3:])] = json.load(f)
+    return run_dir, proc.stdout, result, records
+
+
+@pytest.fixture(scope="module")
+def async_run(tmp_path_factory):
+    return _bench_async(tmp_path_factory.mktemp("bench"), "0")
+
+
+def _check_arms(result, records, stdout):
+    rows = {r["eta"]: r for r in result["rows"]}
+    assert sorted(records) == sorted(rows)
+    for eta, rec in records.items():
+        steps = rec["steps"]
+        assert [s["step"] for s in steps] == [1, 2, 3]
+        assert all(s["groups"] == 2 for s in steps)
+        # steps 2..3 on the learner's clock; step 1 holds the cold start
+        span = steps[1]["step_s"] + steps[2]["step_s"]
+        row = rows[eta]
+        assert row["groups_per_s"] == pytest.approx(4 / span)
+        assert row["trained_tokens_per_s"] == pytest.approx((steps[1]["n_tokens"] + steps[2]["n_tokens"]) / span)
+        assert row["learner_wait_frac"] == pytest.approx((steps[1]["wait_s"] + steps[2]["wait_s"]) / span)
+        # the generator's busy seconds between where step 1 and step 3 were first seen
+        first = next(s for s in rec["samples"] if s["steps"] >= 1)
+        last = next(s for s in rec["samples"] if s["steps"] >= 3)
+        assert row["gen_idle_frac"] == pytest.approx(
+            1 - (last["busy_s"] - first["busy_s"]) / (last["uptime_s"] - first["uptime_s"]))
+        assert 0.0 <= row["gen_idle_frac"] < 1.0 and row["gen_tokens_per_busy_s"] > 0  # the engine's counter
+        assert row["staleness_mean"] <= eta
+        if len(os.sched_getaffinity(0)) >= 2:  # generation and training pinned apart
+            assert "launcher.cpu_affinity.generator=[%d]" % min(os.sched_getaffinity(0)) in rec["argv"]
+        assert f"| {eta} | {row['step_wall_s']:.3g} |" in stdout
+    base = rows[min(rows)]
+    t_gen, t_train = base["t_gen_s"], base["t_train_s"]
+    assert result["bound"] == pytest.approx((t_gen + t_train) / max(t_gen, t_train))
+    assert result["idle_floor"] == pytest.approx(max(0.0, 1 - t_gen / t_train))
+    assert "machine bound" in stdout
+    return rows
+
+
+def test_async_figures_follow_from_the_arms_measurements(async_run):
+    run_dir, stdout, result, records = async_run
+    rows = _check_arms(result, records, stdout)
+    assert rows[0]["speedup"] == 1.0
+    assert (run_dir / "async.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_two_arms_speedup_is_the_ratio_of_their_throughputs(tmp_path):
+    _, stdout, result, records = _bench_async(tmp_path, "0,2")
+    rows = _check_arms(result, records, stdout)
+    assert rows[2]["speedup"] == pytest.approx(rows[2]["groups_per_s"] / rows[0]["groups_per_s"])
+    assert "target (eta 2 >= 1.5x synchronous" in stdout
+
+
+def test_speedups_bound_and_target_from_given_numbers():
+    rest = {"step_wall_s": 10.0, "trained_tokens_per_s": 1.0, "context_tokens_per_s": 1.0, "reward_final": 0.1,
+            "learner_wait_frac": 0.0, "t_gen_s": 4.0, "t_train_s": 6.0}
+    base = dict(rest, groups_per_s=0.4, gen_idle_frac=0.6)
+    fast = dict(rest, groups_per_s=0.62, gen_idle_frac=0.05)
+    result = asynchrony.analyze({0: base, 2: fast, 4: dict(fast, groups_per_s=0.5)})
+    assert [r["speedup"] for r in result["rows"]] == pytest.approx([1.0, 1.55, 1.25])
+    assert result["bound"] == pytest.approx(10 / 6) and result["idle_floor"] == pytest.approx(1 / 3)
+    assert result["target_met"] is True
+    assert asynchrony.analyze({0: base, 2: dict(fast, gen_idle_frac=0.33)})["target_met"] is False
+    assert asynchrony.analyze({0: base, 2: dict(fast, groups_per_s=0.59)})["target_met"] is False
+    text = asynchrony.render(result)
+    assert "(4.00 + 6.00) / 6.00 = 1.67x; best measured speed-up 1.55x" in text
+    assert "at least 1 - t_gen / t_train = 33%" in text and "1.5x synchronous, generator idle < 10%): MET" in text
+
+
+def test_scale_from_given_numbers_and_the_report(async_run, tmp_path):
+    run_dir = async_run[0]
+    inputs = tmp_path / "inputs.json"
+    inputs.write_text(json.dumps(INPUTS))
+    assert main(["bench", "scale", "--run-dir", str(run_dir), "--inputs", str(inputs)]) == 0
+    with open(run_dir / "scale.json", encoding="utf-8") as f:
+        result = json.load(f)
+    a, s = scale.ASSUMPTIONS, result["model"]["seconds"]
+    ctx_tokens = 1280 * 3.0 * 1800
+    assert s["learner (DeepSpeed)"] == pytest.approx(10 * 3.09e9 * ctx_tokens / (8 * 989e12 * 0.35))
+    assert s["retriever (Flat, CPU)"] == pytest.approx(1280 * 2 * 2 * 21e6 * 768 / (8.0e9 / 2 * 64))
+    assert s["replay buffer (put + get)"] == pytest.approx(ctx_tokens * 6.0 / 1e6 * (1 / 50 + 1 / 400))
+    assert result["model"]["bottleneck"] == max(s, key=s.get) == "retriever (Flat, CPU)"
+    assert a["gpus"] == 16
+    path = write_report(str(run_dir), {"command": "areal-mem bench all", "started": "now", "minutes": 1.0,
+                                       "machine_start": "m", "machine_end": "m"})
+    text = open(path, encoding="utf-8").read()
+    assert "![async](async.png)" in text and "bottleneck: **retriever (Flat, CPU)**" in text
+    assert "## Staleness: decoupled loss against plain PPO\n\n(not run)" in text
+    with open(run_dir / "report.json", encoding="utf-8") as f:
+        report = json.load(f)
+    assert report["async"]["bound"] == async_run[2]["bound"] and report["scale"]["model"]["seconds"] == s
+
+
+def test_a_missing_bench_module_leaves_the_others_usable(monkeypatch, capsys):
+    monkeypatch.setitem(command.BENCHES, "later", "areal_mem.bench.not_written_yet")
+    assert main(["bench", "later"]) == 2
+    assert "not available (areal_mem.bench.not_written_yet is not installed)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "scale", "--help"])
+    assert e.value.code == 0 and "--inputs" in capsys.readouterr().out
