@@ -12,15 +12,10 @@ from areal_mem.bench import asynchrony, command, scale
 from areal_mem.bench.report import write_report
 from areal_mem.cli import main
 
+from tests.tiny_recipe import TINY_RECIPE
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TINY = [
-    "world.passages=200", "world.questions=120",
-    "model.init.hidden_size=32", "model.init.intermediate_size=64",
-    "model.init.num_hidden_layers=1", "model.init.num_attention_heads=2",
-    "model.init.num_key_value_heads=1", "model.init.vocab_size=800",
-    "rollout.group_size=2", "rollout.max_turns=2", "rollout.max_new_tokens=24",
-    "rollout.max_concurrent_groups=4", "buffer.batch_groups=2",
-]
+TINY = TINY_RECIPE
 INPUTS = {"faiss_qps": 100.0, "cpu_search_flops": 8.0e9, "cpu_cores": 2, "buffer_put_mbs": 50.0,
           "buffer_get_mbs": 400.0, "buffer_bytes_per_token": 6.0}
 

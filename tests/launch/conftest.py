@@ -7,16 +7,11 @@ import sys
 import psutil
 import pytest
 
+from tests.tiny_recipe import TINY_RECIPE
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TINY = [
-    "world.passages=200", "world.questions=120",
-    "model.init.hidden_size=32", "model.init.intermediate_size=64",
-    "model.init.num_hidden_layers=1", "model.init.num_attention_heads=2",
-    "model.init.num_key_value_heads=1", "model.init.vocab_size=800",
-    "rollout.group_size=2", "rollout.max_turns=2", "rollout.max_new_tokens=24",
-    "rollout.max_concurrent_groups=4", "buffer.batch_groups=2", "learner.steps=2",
-    "learner.checkpoint_interval=100", "learner.sft.warm_start=false",
-]
+TINY = [*TINY_RECIPE, "learner.steps=2", "learner.checkpoint_interval=100",
+        "learner.sft.warm_start=false"]
 
 
 class TinyTrain:
