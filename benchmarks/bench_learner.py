@@ -7,6 +7,9 @@
 2. One optimiser step on the same rows (contexts of mixed length, as MemSearcher produces):
    micro-batches packed by a token budget vs a fixed row count in arrival order. Ratio =
    time / token-budget time; the padding column is padded tokens / real tokens.
+3. Forward + backward of MemSearcher-shaped contexts (a masked tool response between the
+   action and the memory: about a fifth of the tokens trained) with the output head computed
+   only at the trained positions, against at every position (what a plain HF forward does).
 
     .venv/bin/python benchmarks/bench_learner.py [--hidden 256 --layers 4 --rows 64 --repeats 3]
 """
@@ -98,6 +101,39 @@ def bench_packing(engine, rows, repeats: int, budget: int, fixed_rows: int):
     return out
 
 
+def memsearcher_rows(vocab: int, n: int, seed: int = 0):
+    """Contexts shaped like MemSearcher's: prompt, action (trained), tool response (masked), memory (trained)."""
+    from learner.batch import TrainRow
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        plen, action, tool, memory = rng.randint(80, 300), rng.randint(20, 60), rng.randint(150, 400), 30
+        mask = [1] * action + [0] * tool + [1] * memory
+        ids = [rng.randrange(3, vocab) for _ in range(plen + len(mask))]
+        rows.append(TrainRow(ids, plen, mask, [-3.0] * len(mask), [0] * len(mask), [1.0] * len(mask)))
+    return rows
+
+
+def bench_head(engine, rows, repeats: int):
+    from learner.batch import collate
+
+    b = collate(rows)
+    keeps = {"head at trained positions (the learner)": b["loss_mask"] > 0,
+             "head at every position (plain forward)": b["attention_mask"][:, 1:] > 0}
+    out = {}
+    for name, keep in keeps.items():
+        best = float("inf")
+        for _ in tqdm(range(repeats), desc=name, leave=False):
+            t0 = time.perf_counter()
+            logp, _ = engine._forward(b, keep=keep)
+            (logp * b["loss_mask"]).sum().backward()
+            best = min(best, time.perf_counter() - t0)
+        engine.engine.zero_grad()
+        out[name] = (best, int(keep.sum()))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hidden", type=int, default=256)
@@ -106,6 +142,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--budget", type=int, default=4096)
     ap.add_argument("--fixed-rows", type=int, default=8)
+    ap.add_argument("--head-rows", type=int, default=16)
     args = ap.parse_args()
 
     from areal_mem.config.learner import LearnerConfig
@@ -120,6 +157,8 @@ def main() -> None:
             push = bench_push(engine, gen.url, tmp, args.repeats)
         rows = mixed_rows(engine.engine.module.config.vocab_size, args.rows)
         pack = bench_packing(engine, rows, args.repeats, args.budget, args.fixed_rows)
+        head = bench_head(engine, memsearcher_rows(engine.engine.module.config.vocab_size, args.head_rows),
+                          args.repeats)
 
     print(f"\nmodel: {n_params / 1e6:.2f} M parameters (hidden {args.hidden}, {args.layers} layers), "
           f"fp32; best of {args.repeats}; torch threads {torch.get_num_threads()}\n")
@@ -132,6 +171,11 @@ def main() -> None:
           f"seconds | ratio |\n| --- | --- | --- | --- | --- |")
     for name, (t, pad, n) in pack.items():
         print(f"| {name} | {n} | {pad:.2f} | {t:.3f} | {t / base:.2f} |")
+    base = next(iter(head.values()))[0]
+    print(f"\n| forward + backward, {args.head_rows} MemSearcher-shaped contexts | head positions | seconds | "
+          f"ratio |\n| --- | --- | --- | --- |")
+    for name, (t, n) in head.items():
+        print(f"| {name} | {n} | {t:.3f} | {t / base:.2f} |")
 
 
 if __name__ == "__main__":
