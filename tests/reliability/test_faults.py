@@ -68,10 +68,11 @@ def log_text(run_dir, name):
 def test_killed_worker_buffer_and_generator_come_back_and_nothing_is_lost(tmp_path):
     run_dir = tmp_path / "run"
     plan = [(2, "rollout"), (3, "buffer"), (5, "generator")]
-    injector = run_rl(fault_cfg(run_dir, "learner.steps=14"), at_steps(run_dir, plan))
+    # enough steps that an idle machine is still training when the last fault is due
+    injector = run_rl(fault_cfg(run_dir, "learner.steps=40"), at_steps(run_dir, plan))
     assert not plan and [f.kind for f in injector.faults] == ["rollout", "buffer", "generator"]
     assert injector.restarts() == {"rollout0": 1, "buffer": 1, "generator0": 1}
-    rows, books = check_books(run_dir, 14)
+    rows, books = check_books(run_dir, 40)
     # the buffer came back at its address; the worker's puts and the learner's calls retried
     served = re.findall(r"serving (grpc://\S+)", log_text(run_dir, "buffer"))
     assert len(served) == 2 and served[0] == served[1]
