@@ -10,6 +10,7 @@ token records the weight version that sampled it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 import logging
 import threading
@@ -69,7 +70,11 @@ class Engine:
         # sampled: how much of its time the generator works (`stats()`, reported in /model_info).
         self.busy_s, self.tokens_out, self.started_at = 0.0, 0, time.monotonic()
         self._step_lock = threading.RLock()  # held for a step and for every change of state
-        self._cv = threading.Condition()  # guards the waiting queue, paused, stopping
+        self._cv = threading.Condition()  # guards the waiting queue, paused, stopping, _control_waiting
+        # Control calls waiting for the step lock; the loop starts no step while any waits, so a
+        # pause or weight load gets in after at most one step (a plain lock is not fair: the loop
+        # would take it back at once and a pause could wait for the whole batch to finish).
+        self._control_waiting = 0
         self._waiting: Deque[Request] = collections.deque()
         self._paused = False
         self._stopping = False
@@ -123,7 +128,7 @@ class Engine:
         """abort: end every request now with its partial output; retract: drop their KV and
         requeue them; in_place: keep them. New requests wait until `resume`. Returns how many
         requests were in flight."""
-        with self._step_lock:
+        with self._control():
             with self._cv:
                 self._paused = True
                 n = len(self._rows) + len(self._waiting)
@@ -143,7 +148,7 @@ class Engine:
 
     def abort(self, rid: Optional[str] = None, message: str = "Abort by /abort_request") -> int:
         """End one request (or all when rid is None) with finish_reason abort."""
-        with self._step_lock:
+        with self._control():
             return self._abort_where(lambda r: rid is None or r.rid == rid, message)
 
     def load_weights(self, named: Sequence[Tuple[str, torch.Tensor]], version: Optional[str],
@@ -167,7 +172,7 @@ class Engine:
                 errors.append(f"missing {len(missing)} parameters, e.g. {missing[:3]}")
         if errors:
             raise WeightLoadError("; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""))
-        with self._step_lock, torch.no_grad():
+        with self._control(), torch.no_grad():
             for name, t in named:
                 state[name].data.copy_(t.to(device=self.device, dtype=state[name].dtype))
             if version is not None:
@@ -175,14 +180,28 @@ class Engine:
         return len(named)
 
     def set_version(self, version: str) -> None:
-        with self._step_lock:
+        with self._control():
             self.version = version
+
+    @contextlib.contextmanager
+    def _control(self):
+        """The step lock for a control call, taken between two steps ahead of the loop."""
+        with self._cv:
+            self._control_waiting += 1
+        try:
+            with self._step_lock:
+                yield
+        finally:
+            with self._cv:
+                self._control_waiting -= 1
+                self._cv.notify_all()
 
     # ---- the engine thread ----
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._stopping and (self._paused or not (self._waiting or self._rows)):
+                while not self._stopping and (self._paused or self._control_waiting
+                                              or not (self._waiting or self._rows)):
                     self._cv.wait()
                 if self._stopping:
                     return

@@ -68,8 +68,11 @@ def test_retract_requeues_and_finishes_exactly(engine, ref_model, h):
         engine.submit(_req(str(i), p, col, n=N))
     while engine.steps < start + 10:
         time.sleep(0.005)
+    seen = engine.steps
     assert engine.pause("retract") == 4
     held = engine.steps
+    # The pause gets in between two steps, not after the batch (N steps) finishes.
+    assert held < seen + N // 4, (seen, held)
     time.sleep(0.1)
     assert engine.steps == held and not col.done  # nothing runs while paused
     engine.resume()
