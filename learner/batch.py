@@ -48,11 +48,20 @@ class TrainRow:
         return sum(1 for m in self.loss_mask if m)
 
 
-def rows_from_groups(groups: Iterable[Group], norm_std: bool = True) -> List[TrainRow]:
-    """Every context of every trajectory, with its trajectory's group-normalised advantage."""
+def rows_from_groups(groups: Iterable[Group], norm_std: bool = True,
+                     skip_uniform: bool = False) -> List[TrainRow]:
+    """Every context of every trajectory, with its trajectory's group-normalised advantage.
+
+    skip_uniform: leave out groups whose rewards are all equal. Their advantages are 0, so they
+    add nothing to the policy gradient (only to the entropy and KL terms and to the token-mean's
+    denominator) but cost a forward and backward each (DAPO's dynamic sampling, on the learner).
+    """
     rows = []
     for g in groups:
-        advs = group_advantages([t.reward for t in g.trajectories], norm_std)
+        rewards = [t.reward for t in g.trajectories]
+        if skip_uniform and len(set(rewards)) == 1:
+            continue
+        advs = group_advantages(rewards, norm_std)
         for t, a in zip(g.trajectories, advs):
             rows.extend(TrainRow.from_context(c, a) for c in t.contexts)
     return rows

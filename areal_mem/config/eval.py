@@ -11,3 +11,4 @@ class EvalConfig:
     limit: int = 0  # 0: every question
     temperature: float = 0.0  # greedy
     out_dir: str = ""  # empty: <run_dir>/eval/<method>
+    save_responses: bool = False  # every context's response in results.jsonl, not only the final one

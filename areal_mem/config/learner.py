@@ -75,6 +75,9 @@ class LearnerConfig:
     behav_weight_cap_mode: CapMode = CapMode.truncate
     behav_weight_cap_level: CapLevel = CapLevel.token
     adv_norm_std: bool = True  # divide group-centred rewards by their unbiased std + 1e-6
+    # Train no rows of a group whose rewards are all equal (zero advantage: no policy gradient);
+    # faster steps, and the token-mean is over the groups that carry a signal (DAPO). Off as released.
+    skip_zero_adv_groups: bool = False
     temperature: float = 1.0  # the rollout temperature: log-probs are of logits / temperature
     entropy_coef: float = 0.001
     kl_coef: float = 0.0  # low_var_kl to the frozen initial model; 0 loads no reference

@@ -51,4 +51,4 @@ async def _run(cfg, workflow, tokenizer, tasks, gen_urls, ret_urls, out_dir, pro
         ctx = build_context(cfg.rollout, workflow, generator, tokenizer, retriever,
                             max_turns=cfg.eval.max_turns, temperature=cfg.eval.temperature)
         return await evaluate(tasks, workflow, ctx, cfg.eval.concurrency,
-                              os.path.join(out_dir, "results.jsonl"), progress)
+                              os.path.join(out_dir, "results.jsonl"), progress, cfg.eval.save_responses)

@@ -15,8 +15,11 @@ RECORD_KEYS = ("answer", "em", "f1", "acc", "num_turns", "tool_calls", "end_reas
 
 
 async def evaluate(tasks: List[Task], workflow: Workflow, ctx: WorkflowContext, concurrency: int,
-                   out_path: str, progress: bool = True) -> List[Dict[str, Any]]:
-    """One greedy episode per task; results are written to `out_path` (jsonl) in task order."""
+                   out_path: str, progress: bool = True, save_responses: bool = False) -> List[Dict[str, Any]]:
+    """One greedy episode per task; results are written to `out_path` (jsonl) in task order.
+
+    save_responses: every context's response text in `responses` (turn order), to see where
+    episodes go wrong; by default only the final one."""
     if concurrency < 1:
         raise ValueError(f"eval.concurrency must be at least 1, got {concurrency}")
     gate = asyncio.Semaphore(concurrency)
@@ -24,13 +27,15 @@ async def evaluate(tasks: List[Task], workflow: Workflow, ctx: WorkflowContext, 
     async def one(i: int, task: Task) -> Dict[str, Any]:
         async with gate:
             traj = await run_episode(workflow, task, ctx, f"eval-{i}-{task.id}")
-        final = traj.contexts[-1] if traj.contexts else None
-        response = ctx.tokenizer.decode(final.input_ids[final.prompt_len:], skip_special_tokens=False) \
-            if final else ""
-        return {"id": task.id, "question": task.question, "golden_answers": task.golden_answers,
-                "reward": traj.reward, **{k: traj.info[k] for k in RECORD_KEYS},
-                "context_tokens": turn_lengths(traj.info),
-                "final_response": response}
+        responses = [ctx.tokenizer.decode(c.input_ids[c.prompt_len:], skip_special_tokens=False)
+                     for c in traj.contexts]
+        record = {"id": task.id, "question": task.question, "golden_answers": task.golden_answers,
+                  "reward": traj.reward, **{k: traj.info[k] for k in RECORD_KEYS},
+                  "context_tokens": turn_lengths(traj.info),
+                  "final_response": responses[-1] if responses else ""}
+        if save_responses:
+            record["responses"] = responses
+        return record
 
     jobs = [asyncio.ensure_future(one(i, t)) for i, t in enumerate(tasks)]
     try:

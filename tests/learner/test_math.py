@@ -43,6 +43,11 @@ def test_trajectory_advantage_on_every_model_token_of_every_context():
     assert advs == [pytest.approx([a, a]), pytest.approx([a, 0, 0, a]), pytest.approx([-a, -a, -a])]
     rows = rows_from_groups([g])
     assert [r.advantages for r in rows] == advs
+    same = Group("s", [Trajectory("c", [_ctx(2, [1])], reward=0.1), Trajectory("d", [_ctx(2, [1])], reward=0.1)])
+    assert len(rows_from_groups([g, same])) == 5  # kept, with zero advantages
+    kept = rows_from_groups([same, g], skip_uniform=True)
+    assert [r.advantages for r in kept] == advs
+    assert rows_from_groups([same], skip_uniform=True) == []
 
 
 def _loss(logp, prox, behav, adv, mask=None, **kw):

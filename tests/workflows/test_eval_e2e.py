@@ -18,7 +18,8 @@ def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, c
     # memsearcher: no servers configured, so eval builds an index and starts both itself
     assert main(["eval", "--method", "memsearcher"] + common) == 0
     # react: against an already running retriever
-    assert main(["eval", "--method", "react"] + common + [f"retriever.urls=[{retriever_url}]"]) == 0
+    assert main(["eval", "--method", "react"] + common + [f"retriever.urls=[{retriever_url}]",
+                                                          "eval.save_responses=true"]) == 0
     assert os.path.exists(tmp_path / "index" / "manifest.json")
     for method in ("memsearcher", "react"):
         out = tmp_path / "eval" / method
@@ -32,6 +33,11 @@ def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, c
         assert first["turn"] == 0 and first["episodes"] == 20
         assert first["max"] == max(r["context_tokens"][0] for r in records)
         assert sum(summary["end_reasons"].values()) == 20
+        for r in records:  # every context's response only when asked for (react here)
+            assert ("responses" in r) == (method == "react")
+            if method == "react":
+                assert len(r["responses"]) == len(r["context_tokens"])
+                assert r["responses"][-1] == r["final_response"]
     assert '"method": "react", "questions": 20' in capsys.readouterr().out
 
 
