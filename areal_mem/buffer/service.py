@@ -69,7 +69,8 @@ class BufferService(flight.FlightServerBase):
         self.store = GroupStore(data_dir, fsync=fsync)
         rec = self.store.recover(max_staleness)
         self.staleness = StalenessManager(max_staleness, batch_groups, max_running,
-                                          version=rec.version)
+                                          version=rec.version, trained_batches=rec.acked_batches,
+                                          clock=rec.clock)
         self.max_memory_groups = max_memory_groups
         self.slot_ttl_s = slot_ttl_s
         self._cond = threading.Condition()
@@ -244,8 +245,8 @@ class BufferService(flight.FlightServerBase):
                                     f"got {str(version)[:40]}")
         with self._cond:
             if version != self.staleness.version:
-                self.store.record_version(version)
-                self.staleness.version = version
+                self.staleness.set_version(version)
+                self.store.record_version(version, self.staleness.clock)
                 horizon = version - self.staleness.max_staleness
                 for gid in [g for g, start in self._done_ids.items() if start < horizon]:
                     del self._done_ids[gid]
@@ -270,6 +271,7 @@ class BufferService(flight.FlightServerBase):
                 self._acked_batches.popitem(last=False)
             self._mark_done(entries)
             self._forget_tables(entries)
+            self.staleness.on_trained()
             self.counters["groups_acked"] += len(entries)
             return {"acked": len(entries), "already": False}
 
@@ -294,7 +296,7 @@ class BufferService(flight.FlightServerBase):
         with self._cond:
             self._expire_slots()
             s = self.staleness
-            return {**self.counters, "version": s.version, "accepted": s.accepted,
+            return {**self.counters, "version": s.version, "clock": s.clock, "accepted": s.accepted,
                     "running": s.running, "capacity": s.capacity(),
                     "max_staleness": s.max_staleness, "batch_groups": s.batch_groups,
                     "max_running": s.max_running, "pending_groups": len(self._pending),

@@ -7,7 +7,8 @@ is not fsynced: on journaling file systems (ext4, xfs) the fsync of a new file
 commits its name too, and a second fsync per put would double the cost of a put
 on the disk. `ledger.jsonl` (append-only, fsynced)
 records what must survive a crash besides the files: acked and dropped group ids
-(so a retried put of a trained group is still refused) and the learner's version.
+(so a retried put of a trained group is still refused), the learner's version and the
+admission clock (areal_mem/staleness.py), which counts the acked batches.
 Acked and dropped files are deleted once the ledger says so; recovery finishes
 any deletion a crash interrupted.
 
@@ -15,7 +16,7 @@ Days-long runs: each ack/drop record carries the newest start version of its
 groups (`start`). Once that is older than `version - max_staleness`, a re-put of
 those ids would be dropped as stale anyway, so recovery does not load them, and
 rewrites the ledger without them once `compact_min_records` such records piled up
-(`acked_total` keeps the count): memory and the ledger stay bounded.
+(`acked_total` and `acked_batches_total` keep the counts): memory and the ledger stay bounded.
 """
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ class Recovered:
     acked: int  # groups trained; they still count as accepted for admission
     version: int
     next_seq: int
+    acked_batches: int = 0  # ack records: batches the learner trained
+    clock: Optional[int] = None  # the admission clock last recorded (None: none was)
 
 
 class GroupStore:
@@ -110,13 +113,13 @@ class GroupStore:
         paths = [e.path for e in entries]
         self._deleter.submit(lambda: [_unlink(p) for p in paths])
 
-    def record_version(self, version: int) -> None:
-        self._append({"version": version})
+    def record_version(self, version: int, clock: int) -> None:
+        self._append({"version": version, "clock": clock})
 
     def recover(self, max_staleness: Optional[int] = None) -> Recovered:
         """Rebuild the state from the run dir: finish deletions, drop torn puts. With
         `max_staleness`, forget done ids past the staleness horizon and compact the ledger."""
-        records, acked, version = self._read_ledger()
+        records, acked, version, batches, clock = self._read_ledger()
         horizon = None if max_staleness is None else version - max_staleness
         kept = [r for r in records if horizon is None or r.get("start", horizon) >= horizon]
         done: Dict[str, int] = {}
@@ -149,19 +152,22 @@ class GroupStore:
                 for gid in (*rec.get("ack", ()), *rec.get("drop", ()))}
         if len(records) - len(kept) >= self.compact_min_records:
             kept_acked = sum(len(rec.get("ack", ())) for rec in kept)
-            self._rewrite([{"version": version, "acked_total": acked - kept_acked},
+            kept_batches = sum(1 for rec in kept if "ack" in rec)
+            head = {"version": version, "acked_total": acked - kept_acked,
+                    "acked_batches_total": batches - kept_batches}
+            self._rewrite([{**head, **({} if clock is None else {"clock": clock})},
                            *({k: v for k, v in r.items() if k != "version"} for r in kept)])
             log.info("%s: compacted; %d record(s) past the staleness horizon forgotten",
                      self.ledger_path, len(records) - len(kept))
-        return Recovered(pending, set(done), done, acked, version, max_seq + 1)
+        return Recovered(pending, set(done), done, acked, version, max_seq + 1, batches, clock)
 
-    def _read_ledger(self) -> Tuple[List[Dict], int, int]:
-        """(ack/drop records, groups acked in all, version)."""
+    def _read_ledger(self) -> Tuple[List[Dict], int, int, int, Optional[int]]:
+        """(ack/drop records, groups acked in all, version, batches acked in all, clock)."""
         records: List[Dict] = []
-        acked = 0
-        version = 0
+        acked = batches = version = 0
+        clock = None
         if not os.path.exists(self.ledger_path):
-            return records, acked, version
+            return records, acked, version, batches, clock
         with open(self.ledger_path, "rb") as f:
             data = f.read()
         complete = data.rfind(b"\n") + 1
@@ -178,8 +184,10 @@ class GroupStore:
             if "ack" in rec or "drop" in rec:
                 records.append(rec)
             acked += len(rec.get("ack", ())) + rec.get("acked_total", 0)
+            batches += ("ack" in rec) + rec.get("acked_batches_total", 0)
             version = rec.get("version", version)
-        return records, acked, version
+            clock = rec.get("clock", clock)
+        return records, acked, version, batches, clock
 
     def _rewrite(self, records: List[Dict]) -> None:
         """Replace the ledger atomically (write, fsync, rename, fsync the directory)."""

@@ -64,15 +64,25 @@ def test_capacity_with_eta_two_and_max_running(serve):
     for i in range(4, 8):
         client.put_group(make_group(f"g{i}"))  # puts without a slot count too
     assert client.stats()["capacity"] == 1  # 9 - 8
-    client.set_version(1)
-    assert client.stats()["capacity"] == 4  # min(4, 12 - 8)
+    client.set_version(1)  # a push that trained no batch (a restarted learner's): no more room
+    assert (client.stats()["clock"], client.stats()["capacity"]) == (0, 1)
+    client.ack(client.get_batch(3, timeout_s=5).batch_id)
+    assert client.stats()["capacity"] == 1  # the clock moves with the next version
+    client.set_version(2)
+    assert (client.stats()["clock"], client.stats()["capacity"]) == (1, 4)  # min(4, 12 - 8)
 
 
 def test_acquire_waits_for_a_version_bump(serve):
     buf = serve(overrides=["buffer.max_staleness=0", "buffer.batch_groups=1"])
     client = buf.client()
     client.put_group(make_group("a"))
-    bump = threading.Timer(0.5, lambda: buf.client().set_version(1))
+
+    def train_and_push():
+        learner = buf.client()
+        learner.ack(learner.get_batch(1, timeout_s=5).batch_id)
+        learner.set_version(1)
+
+    bump = threading.Timer(0.5, train_and_push)
     bump.start()
     assert client.acquire(wait_s=10) != ""
     bump.join()
@@ -195,6 +205,7 @@ def test_crash_after_puts_and_an_unacked_get_loses_nothing(serve, tmp_path):
     restarted = serve(port=port, overrides=["buffer.max_staleness=4"])
     stats = client.stats()  # the same client reconnects to the restarted service
     assert (stats["recovered_groups"], stats["version"], stats["accepted"]) == (4, 3, 6)
+    assert stats["clock"] == 1  # one batch trained by version 3: the admission clock survives
     batch = client.get_batch(4, timeout_s=5)
     assert batch.group_ids == ["g2", "g3", "g4", "g5"]  # unacked come back first, none twice
     assert batch.groups == groups[2:]
@@ -203,9 +214,10 @@ def test_crash_after_puts_and_an_unacked_get_loses_nothing(serve, tmp_path):
         client.ack(unacked.batch_id)  # the restart re-queued it
     assert client.put_group(groups[0]) is False and client.put_group(groups[5]) is False
     client.ack(batch.batch_id)
+    client.set_version(4)
     restarted.kill()
     again = serve(port=port).client()
-    assert again.stats()["pending_groups"] == 0
+    assert (again.stats()["pending_groups"], again.stats()["clock"]) == (0, 2)
     assert sorted(os.listdir(tmp_path / "run" / "buffer" / "groups")) == []
 
 

@@ -31,10 +31,40 @@ def test_acquire_accept_release_cycle_with_eta_zero_is_synchronous():
     assert m.try_acquire() and not m.try_acquire()
     m.on_accepted(held_slot=True)
     assert m.capacity() == 0
-    m.version = 1
+    m.on_trained()  # the learner acked the batch...
+    assert m.capacity() == 0
+    m.set_version(1)  # ...and pushed
     assert m.capacity() == 2
     m.on_dropped(1)  # a dropped group frees its place
     assert m.capacity() == 3
+
+
+def test_a_push_without_a_trained_batch_does_not_advance_admission():
+    """A learner restart pushes its restored weights under a fresh version: with the version as
+    the clock, rollouts would run one batch further ahead per restart (all dropped as stale)."""
+    eta, B = 1, 2
+    m = StalenessManager(max_staleness=eta, batch_groups=B, max_running=100)
+    for version in (1, 2):  # two steps: a batch accepted, trained (acked), then pushed
+        m.accepted += B
+        m.on_trained()
+        m.set_version(version)
+    assert (m.clock, m.capacity()) == (2, (eta + 2 + 1) * B - 2 * B)
+    m.set_version(3)  # the restarted learner's push: no batch trained since
+    assert (m.version, m.clock, m.capacity()) == (3, 2, 2 * B)  # unchanged
+    m.accepted += 2 * B
+    m.on_trained()
+    assert m.capacity() == 0  # the ack alone moves nothing
+    m.set_version(4)
+    assert (m.clock, m.capacity()) == (3, B)
+    # Those B groups start at version 4 and are the 5th batch: 3 batches are trained, the 4th
+    # trains at version 4, the 5th at version 5 = 4 + eta: never stale. With the version as
+    # the clock the capacity would be 2 B, and the last B groups would train at 6 (stale).
+
+
+def test_the_clock_never_goes_back():
+    m = StalenessManager(0, 1, 1, version=5)  # e.g. an old ledger without a recorded clock
+    m.set_version(6)
+    assert m.clock == 5
 
 
 @pytest.mark.parametrize("eta, version, start, stale", [

@@ -16,7 +16,7 @@ def test_recovery_keeps_pending_and_cleans_up(tmp_path):
     entries = [store.write(i, f"g{i}", group_to_table(make_group(f"g{i}", start_version=i)))
                for i in range(4)]
     store.record_done("ack", entries[:1], batch_id="b")
-    store.record_version(7)
+    store.record_version(7, 1)
     store.close()
     # a crash: a put cut short, a dropped group whose file was not yet deleted, a torn append
     whole = open(entries[3].path, "rb").read()
@@ -29,12 +29,12 @@ def test_recovery_keeps_pending_and_cleans_up(tmp_path):
     assert [(e.seq, e.group_id, e.start_version) for e in rec.pending] == [(2, "g2", 2),
                                                                          (3, "g3", 3)]
     assert rec.done_ids == {"g0", "g1"} and rec.acked == 1
-    assert (rec.version, rec.next_seq) == (7, 4)
+    assert (rec.version, rec.next_seq, rec.acked_batches, rec.clock) == (7, 4, 1, 1)
     assert sorted(os.listdir(store.groups_dir)) == ["000000000002.arrow", "000000000003.arrow"]
     assert GroupStore.read(rec.pending[1]).equals(group_to_table(make_group("g3", start_version=3)))
-    again.record_version(8)  # appends after the torn tail was cut off stay readable
+    again.record_version(8, 2)  # appends after the torn tail was cut off stay readable
     again.close()
-    assert GroupStore(str(tmp_path)).recover().version == 8
+    assert (lambda r: (r.version, r.clock))(GroupStore(str(tmp_path)).recover()) == (8, 2)
 
 
 def test_a_corrupt_ledger_line_is_an_error_naming_the_line(tmp_path):

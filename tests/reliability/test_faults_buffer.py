@@ -62,15 +62,17 @@ def test_recovery_forgets_old_records_and_compacts_the_ledger(tmp_path, monkeypa
               for i in range(4)]
     for e in groups[:3]:
         store.record_done("ack", [e], batch_id=f"b{e.seq}")
-    store.record_version(4)
+    store.record_version(4, 3)
     store.close()
     time.sleep(0.1)  # the deleter thread finished
     rec = GroupStore(str(tmp_path)).recover(max_staleness=2)  # horizon 2: g0, g1 forgotten
-    assert rec.done_ids == {"g2"} and rec.acked == 3 and rec.version == 4
+    assert rec.done_ids == {"g2"} and (rec.acked, rec.acked_batches, rec.version, rec.clock) == (3, 3, 4, 3)
     assert [e.group_id for e in rec.pending] == ["g3"]
     with open(tmp_path / "ledger.jsonl") as f:
         lines = [json.loads(line) for line in f]
-    assert lines == [{"version": 4, "acked_total": 2}, {"ack": ["g2"], "start": 2, "batch_id": "b2"}]
+    assert lines == [{"version": 4, "acked_total": 2, "acked_batches_total": 2, "clock": 3},
+                     {"ack": ["g2"], "start": 2, "batch_id": "b2"}]
+    assert (lambda r: (r.acked, r.acked_batches, r.clock))(GroupStore(str(tmp_path)).recover()) == (3, 3, 3)
 
 
 def test_a_stale_extension_lock_is_reported_by_name(tmp_path, monkeypatch):
