@@ -176,7 +176,12 @@ class LearnerEngine:
         return out
 
     def train_step(self, rows: Sequence[TrainRow], version: int) -> Dict[str, float]:
-        """The decoupled PPO update on one batch (the same `rows` on every rank)."""
+        """The decoupled PPO update on one batch (the same `rows` on every rank).
+
+        No rows (skip_zero_adv_groups left none: every group had equal rewards): no update on
+        any rank, since all hold the same empty list; the caller acks and pushes as usual."""
+        if not rows:
+            return {"n_tokens": 0.0}
         cfg = self.cfg
         plan = self._plan(rows, cfg.mini_batches)
         recompute = cfg.decoupled and cfg.prox_logp == ProxMode.recompute

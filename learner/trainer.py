@@ -85,10 +85,7 @@ class Trainer:
         rows = broadcast_rows(rows_from_groups(groups, self.lcfg.adv_norm_std, self.lcfg.skip_zero_adv_groups)
                               if self.leader else None)
         hist = {"token_staleness": staleness(groups, self.state.version)} if self.leader else {}
-        # With skip_zero_adv_groups a batch whose groups all have equal rewards leaves no rows:
-        # no update (every rank holds the same rows, so all skip), but the batch is acked and
-        # the version pushed as usual.
-        m = self.engine.train_step(rows, self.state.version) if rows else {"n_tokens": 0.0}
+        m = self.engine.train_step(rows, self.state.version)
         if self.leader:
             m.update(batch_stats(groups, self.state.version, self.lcfg.adv_norm_std))
             m["dropped_stale"], m["wait_s"] = float(dropped), wait_s
