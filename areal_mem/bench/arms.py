@@ -69,6 +69,12 @@ class Sample:
     busy_s: Optional[float] = None  # generator engine busy seconds (None: not reachable)
     uptime_s: Optional[float] = None
     tokens: Optional[int] = None
+    # the engine's split of busy_s (absent from generators that do not report it)
+    engine_steps: Optional[int] = None
+    prefill_s: Optional[float] = None
+    prefill_tokens: Optional[int] = None
+    decode_s: Optional[float] = None
+    decode_rows: Optional[int] = None
 
 
 @dataclass
@@ -166,7 +172,8 @@ def _engine_stats(url: str) -> dict:
             stats = json.loads(resp.read()).get("engine_stats") or {}
     except (OSError, ValueError):
         return {}
-    return {"busy_s": stats.get("busy_s"), "uptime_s": stats.get("uptime_s"), "tokens": stats.get("tokens")}
+    keys = ("busy_s", "uptime_s", "tokens", "prefill_s", "prefill_tokens", "decode_s", "decode_rows")
+    return {"engine_steps": stats.get("steps"), **{k: stats.get(k) for k in keys}}
 
 
 def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
@@ -198,6 +205,14 @@ def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
         out["gen_idle_frac"] = 1.0 - gen_busy / (last.uptime_s - first.uptime_s)
         if gen_busy > 0:
             out["gen_tokens_per_busy_s"] = (last.tokens - first.tokens) / gen_busy
+        if first.decode_rows is not None and last.decode_rows is not None and last.decode_rows > first.decode_rows:
+            # extra work (tokens prefilled again after aborts) against slower work (time per row)
+            per_step = last.steps - first.steps
+            out["gen_prefill_tokens_per_step"] = (last.prefill_tokens - first.prefill_tokens) / per_step
+            out["gen_prefill_s_per_step"] = (last.prefill_s - first.prefill_s) / per_step
+            out["gen_decode_s_per_step"] = (last.decode_s - first.decode_s) / per_step
+            out["gen_decode_ms_per_row"] = 1e3 * (last.decode_s - first.decode_s) / (last.decode_rows - first.decode_rows)
+            out["gen_decode_batch"] = (last.decode_rows - first.decode_rows) / max(1, last.engine_steps - first.engine_steps)
     tail = steps[-min(3, n):]
     out["reward_final"] = sum(r["reward"] for r in tail) / len(tail)
     out["reward_mean"] = sum(r["reward"] for r in steps) / n

@@ -68,7 +68,10 @@ class Engine:
         self.steps = 0
         # Busy seconds (inside a prefill/decode step) against wall time since start, and tokens
         # sampled: how much of its time the generator works (`stats()`, reported in /model_info).
+        # Split by phase: tokens prefilled (a request resent after an abort is prefilled again)
+        # and rows decoded, so a bench can tell extra work from slower work.
         self.busy_s, self.tokens_out, self.started_at = 0.0, 0, time.monotonic()
+        self.prefill_s, self.prefill_tokens, self.decode_s, self.decode_rows = 0.0, 0, 0.0, 0
         self._step_lock = threading.RLock()  # held for a step and for every change of state
         self._cv = threading.Condition()  # guards the waiting queue, paused, stopping, _control_waiting
         # Control calls waiting for the step lock; the loop starts no step while any waits, so a
@@ -114,7 +117,9 @@ class Engine:
 
     def stats(self) -> dict:
         return {"busy_s": self.busy_s, "uptime_s": time.monotonic() - self.started_at,
-                "steps": self.steps, "tokens": self.tokens_out}
+                "steps": self.steps, "tokens": self.tokens_out,
+                "prefill_s": self.prefill_s, "prefill_tokens": self.prefill_tokens,
+                "decode_s": self.decode_s, "decode_rows": self.decode_rows}
 
     def in_flight(self) -> int:
         with self._cv:
@@ -216,8 +221,12 @@ class Engine:
                     with torch.no_grad():
                         if joiners:
                             self._prefill(joiners)
+                        t1 = time.monotonic()
+                        self.prefill_s += t1 - t0
                         if self._rows:
+                            self.decode_rows += len(self._rows)
                             self._decode()
+                            self.decode_s += time.monotonic() - t1
                     self.steps += 1
                 except Exception as e:  # keep serving: fail this step's requests, not the server
                     log.exception("engine step failed")
@@ -237,28 +246,35 @@ class Engine:
         return out.logits[:, -1]
 
     def _prefill(self, joiners: List[Request]) -> None:
-        seqs = [r.prompt_ids + r.output_ids for r in joiners]
-        width = max(len(s) for s in seqs)
-        ids = torch.zeros((len(seqs), width), dtype=torch.long, device=self.device)
-        mask = torch.zeros_like(ids)
-        for i, s in enumerate(seqs):
-            ids[i, width - len(s):] = torch.tensor(s, device=self.device)
-            mask[i, width - len(s):] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = kv_cache.empty_cache(self._num_layers)
-        logits = self._forward(ids, mask, pos, cache)
-        kv_cache.zero_padding(cache, mask == 0)
-        lens = torch.tensor([len(s) for s in seqs], device=self.device)
-        tokens = self._sample_and_record(joiners, logits)
-        if not self._rows:
-            self._set_rows(joiners, cache, mask, lens, tokens)
-        else:
-            cur = self._mask.shape[1]
-            a, b = max(0, width - cur), max(0, cur - width)
-            self._set_rows(
-                self._rows + joiners, kv_cache.merge(self._cache, cache, a, b),
-                torch.cat([_pad_left(self._mask, a), _pad_left(mask, b)]),
-                torch.cat([self._pos, lens]), torch.cat([self._last, tokens]))
+        """Joiners of one length are prefilled together, each length in its own pass, then all
+        join the running batch in one copy. Padding mixed lengths to the longest cost twice the
+        tokens' own prefill here (attention is quadratic in the padded width); one more forward
+        pass costs little. A group's first turn shares one prompt, so it stays one pass."""
+        by_len: dict = {}
+        for r in joiners:
+            by_len.setdefault(len(r.prompt_ids) + len(r.output_ids), []).append(r)
+        parts = []  # (rows, cache, length, first tokens)
+        for n, rows in by_len.items():
+            self.prefill_tokens += n * len(rows)
+            ids = torch.tensor([r.prompt_ids + r.output_ids for r in rows], device=self.device)
+            pos = torch.arange(n, device=self.device).expand(len(rows), n)
+            cache = kv_cache.empty_cache(self._num_layers)
+            logits = self._forward(ids, None, pos, cache)
+            parts.append((rows, cache, n, self._sample_and_record(rows, logits)))
+        width = max([n for _, _, n, _ in parts] + ([self._mask.shape[1]] if self._rows else []))
+        masks = [torch.cat([torch.zeros((len(rows), width - n), dtype=torch.long, device=self.device),
+                            torch.ones((len(rows), n), dtype=torch.long, device=self.device)], dim=1)
+                 for rows, _, n, _ in parts]
+        caches = [(c, width - n) for _, c, n, _ in parts]
+        rows = [r for part in parts for r in part[0]]
+        lens = [torch.full((len(part[0]),), part[2], device=self.device) for part in parts]
+        last = [part[3] for part in parts]
+        if self._rows:
+            pad = width - self._mask.shape[1]
+            caches.insert(0, (self._cache, pad))
+            masks.insert(0, _pad_left(self._mask, pad))
+            rows, lens, last = self._rows + rows, [self._pos] + lens, [self._last] + last
+        self._set_rows(rows, kv_cache.merge(caches), torch.cat(masks), torch.cat(lens), torch.cat(last))
         self._drop_finished()
 
     def _decode(self) -> None:

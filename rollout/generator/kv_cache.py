@@ -7,7 +7,7 @@ leave, or the buffer is full).
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
@@ -64,22 +64,25 @@ def select_rows(cache: Cache, rows: torch.Tensor, trim: int) -> Cache:
     return Cache(layers=out)
 
 
-def merge(a: Cache, b: Cache, left_pad_a: int, left_pad_b: int) -> Cache:
-    """Rows of `a` then rows of `b`, each left-padded with zeros to a common length."""
+def merge(parts: Sequence[Tuple[Cache, int]]) -> Cache:
+    """The rows of every cache in order, each left-padded with zeros by its own amount to one
+    common length, written into one new buffer per layer."""
+    width = parts[0][0].layers[0].length + parts[0][1]
+    total = sum(c.layers[0].keys.shape[0] for c, _ in parts)
     out: List[BatchKVLayer] = []
-    for la, lb in zip(a.layers, b.layers):
-        k = torch.cat([_pad(la.keys, left_pad_a, HEADROOM), _pad(lb.keys, left_pad_b, HEADROOM)])
-        v = torch.cat([_pad(la.values, left_pad_a, HEADROOM), _pad(lb.values, left_pad_b, HEADROOM)])
-        out.append(BatchKVLayer(k, v, la.length + left_pad_a))
+    for i, first in enumerate(parts[0][0].layers):
+        _, h, _, d = first.keys.shape
+        k = first.keys.new_zeros((total, h, width + HEADROOM, d))
+        v = first.values.new_zeros((total, h, width + HEADROOM, d))
+        row = 0
+        for cache, pad in parts:
+            layer = cache.layers[i]
+            b = layer.keys.shape[0]
+            k[row:row + b, :, pad:width] = layer.keys
+            v[row:row + b, :, pad:width] = layer.values
+            row += b
+        out.append(BatchKVLayer(k, v, width))
     return Cache(layers=out)
-
-
-def zero_padding(cache: Cache, pad: torch.Tensor) -> None:
-    """Zero the K/V of padding positions (`pad` [B, L] is True there) so no NaN can leak."""
-    m = pad[:, None, :, None]
-    for layer in cache.layers:
-        layer.keys.masked_fill_(m, 0.0)
-        layer.values.masked_fill_(m, 0.0)
 
 
 def _pad(t: torch.Tensor, left: int, right: int) -> torch.Tensor:

@@ -66,11 +66,20 @@ def sample(logits: torch.Tensor, specs: Sequence[SamplingSpec],
         own = [j for j, i in enumerate(rows) if generators[i] is not None]
         pooled = [j for j, i in enumerate(rows) if generators[i] is None]
         for j in own:
-            tokens[rows[j]] = torch.multinomial(probs[j], 1, generator=generators[rows[j]])[0]
+            tokens[rows[j]] = draw(probs[j:j + 1], generators[rows[j]])[0]
         if pooled:
-            drawn = torch.multinomial(probs[pooled], 1, generator=shared)[:, 0]
-            tokens[[rows[j] for j in pooled]] = drawn
+            tokens[[rows[j] for j in pooled]] = draw(probs[pooled], shared)
     return tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+
+def draw(probs: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Tensor:
+    """One index per row of `probs` [B, V] (unnormalised, >= 0), by inverting the CDF at one
+    uniform draw per row. torch.multinomial draws as exactly but costs ~18x more on a CPU
+    (1 ms for 20 x 2048), which was a tenth of the embedded engine's busy time."""
+    cdf = probs.double().cumsum(-1)
+    u = torch.rand((probs.shape[0], 1), generator=generator, dtype=cdf.dtype, device=cdf.device)
+    # right=True: the first index whose CDF exceeds u, so a zero-probability token is never drawn
+    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=probs.shape[-1] - 1)[:, 0]
 
 
 def _truncate(probs: torch.Tensor, specs: Sequence[SamplingSpec]) -> torch.Tensor:

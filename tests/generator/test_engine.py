@@ -41,6 +41,7 @@ def _req(rid, prompt, done, n=30, seed=None, **kw):
 def test_requests_share_steps_and_join_a_running_batch(engine, ref_model, h):
     prompts = h.make_prompts(12, ref_model.config.vocab_size, seed=10)
     col = Collector(12)
+    before = engine.stats()
     for i, p in enumerate(prompts[:8]):
         engine.submit(_req(str(i), p, col, n=N))
     while engine.steps < 5:
@@ -54,6 +55,10 @@ def test_requests_share_steps_and_join_a_running_batch(engine, ref_model, h):
     # and the late four joined while the first eight were still running.
     assert joined_at < N
     assert engine.steps <= N + joined_at + 3, engine.steps
+    after = engine.stats()  # every prompt token prefilled once (none padded), every token decoded
+    assert after["prefill_tokens"] - before["prefill_tokens"] == sum(map(len, prompts))
+    assert after["tokens"] - before["tokens"] == 12 * N
+    assert after["decode_rows"] - before["decode_rows"] == 12 * (N - 1)
     for i, p in enumerate(prompts):
         r = col.done[str(i)]
         ref = h.teacher_forced_logprobs(ref_model, p, r.output_ids)

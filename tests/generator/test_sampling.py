@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from rollout.generator.sampling import SamplingSpec, sample
+from rollout.generator.sampling import SamplingSpec, draw, sample
 
 PROBS = torch.tensor([0.4, 0.3, 0.2, 0.1])
 
@@ -42,3 +42,15 @@ def test_temperature_greedy_seeds_and_bans():
     logits = PROBS.log().repeat(200, 1)
     tokens, _ = sample(logits, [SamplingSpec()] * 200, [None] * 200, [(0, 1)] * 200)
     assert set(tokens.tolist()) <= {2, 3}
+
+
+def test_draw_matches_the_distribution_and_never_draws_a_zero():
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0]]).repeat(60000, 1)
+    got = draw(probs, torch.Generator().manual_seed(3))
+    freq = torch.bincount(got, minlength=6).double() / len(got)
+    assert freq[[0, 2, 5]].tolist() == [0.0, 0.0, 0.0]
+    # 60k draws: each share within ~5 standard errors (~0.01) of its probability
+    assert torch.allclose(freq[[1, 3, 4]], torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), atol=0.01)
+    # unnormalised weights draw the same as their normalised distribution, stream by stream
+    a = draw(probs[:50] * 7.0, torch.Generator().manual_seed(9))
+    assert a.tolist() == draw(probs[:50], torch.Generator().manual_seed(9)).tolist()
