@@ -9,6 +9,7 @@ could gain at most.
 from __future__ import annotations
 
 import argparse
+import statistics
 from typing import Dict
 
 from ..config import ConfigError
@@ -22,19 +23,32 @@ TARGET_SPEEDUP, TARGET_IDLE = 1.5, 0.10
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_arm_arguments(parser)
     parser.add_argument("--etas", default="0,2,4", help="staleness bounds; the first is the baseline")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run the arms this many times, interleaved; figures are medians")
     parser.add_argument("--figures-dir", default="", help="also copy the plot here (docs/figures)")
 
 
-def analyze(summaries: Dict[int, Dict[str, float]]) -> dict:
-    """Speed-ups against the first arm and the machine bound from its per-step times."""
-    etas = list(summaries)
-    base = summaries[etas[0]]
+def analyze(*repeats: Dict[int, Dict[str, float]]) -> dict:
+    """Speed-ups against the first arm and the machine bound from its per-step times.
+
+    With several repeats (each `{eta: summary}`, run interleaved), every figure is the median
+    over the repeats, and a speed-up is the median of each repeat's own ratio: arms that ran
+    side by side share the machine's drift.
+    """
+    etas = list(repeats[0])
     rows = []
     for eta in etas:
-        s = summaries[eta]
-        rows.append({"eta": eta, **s, "speedup": s["groups_per_s"] / base["groups_per_s"]})
+        runs = [rep[eta] for rep in repeats]
+        ratios = [rep[eta]["groups_per_s"] / rep[etas[0]]["groups_per_s"] for rep in repeats]
+        row = {"eta": eta, **{k: statistics.median(r[k] for r in runs) for k in runs[0]
+                              if all(k in r for r in runs)}, "speedup": statistics.median(ratios)}
+        if len(repeats) > 1:
+            row["speedups"] = ratios
+            row["gen_idle_fracs"] = [r.get("gen_idle_frac") for r in runs]
+        rows.append(row)
+    base = rows[0]
     t_gen, t_train = base.get("t_gen_s"), base["t_train_s"]
-    out = {"baseline_eta": etas[0], "rows": rows, "t_gen_s": t_gen, "t_train_s": t_train}
+    out = {"baseline_eta": etas[0], "repeats": len(repeats), "rows": rows, "t_gen_s": t_gen, "t_train_s": t_train}
     if t_gen is not None:
         out["bound"] = (t_gen + t_train) / max(t_gen, t_train)
         # When training is the slower side, the staleness bound stops rollouts for the rest of
@@ -85,6 +99,18 @@ def render(result: dict) -> str:
     if result.get("idle_floor"):
         lines.append(f"training is the slower side (t_train > t_gen), so the generator idles at least "
                      f"1 - t_gen / t_train = {100 * result['idle_floor']:.0f}% of the time at any eta")
+    for r in result["rows"]:
+        if "speedups" in r:
+            lines.append(f"eta {r['eta']} over {len(r['speedups'])} repeats: speed-up "
+                         f"{', '.join(f'{v:.2f}x' for v in r['speedups'])}; generator idle "
+                         f"{', '.join(pct(v) for v in r['gen_idle_fracs'])}")
+    if all("gen_decode_ms_per_row" in r for r in result["rows"]):
+        lines += ["", "generator per learner step (busy time split; tokens prefilled include requests "
+                  "resent after a weight push aborted them):", "", markdown_table(
+                      ["eta", "prefill tokens", "prefill s", "decode s", "decode ms/row", "rows per decode step"],
+                      [[r["eta"], r["gen_prefill_tokens_per_step"], r["gen_prefill_s_per_step"],
+                        r["gen_decode_s_per_step"], r["gen_decode_ms_per_row"], r["gen_decode_batch"]]
+                       for r in result["rows"]]), ""]
     if "target_met" in result:
         lines.append(f"target (eta 2 >= {TARGET_SPEEDUP}x synchronous, generator idle < "
                      f"{100 * TARGET_IDLE:.0f}%): {'MET' if result['target_met'] else 'NOT met'}")
@@ -95,10 +121,15 @@ def run(args: argparse.Namespace) -> int:
     etas = parse_ints(args.etas)
     if args.steps < 2:
         raise ConfigError(f"--steps {args.steps}: at least 2, the steady-state window starts after step 1")
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats {args.repeats}: at least 1")
     start = start_of(args)
-    summaries = {eta: run_arm(args.run_dir, f"eta{eta}-decoupled", args.config, start,
-                              arm_overrides(args, eta), args.poll_s).summary() for eta in etas}
-    result = analyze(summaries)
+    repeats = []
+    for rep in range(args.repeats):
+        suffix = f"-r{rep + 1}" if rep else ""  # the first repeat's arms are shared with `bench staleness`
+        repeats.append({eta: run_arm(args.run_dir, f"eta{eta}-decoupled{suffix}", args.config, start,
+                                     arm_overrides(args, eta), args.poll_s).summary() for eta in etas})
+    result = analyze(*repeats)
     result["command"] = command_line()
     result["steps"] = args.steps
     result["plots"] = plot(result, args.run_dir, args.figures_dir)

@@ -22,6 +22,7 @@ PARTS = ("async", "staleness", "memory", "scale")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_arm_arguments(parser)
     parser.add_argument("--async-etas", default="0,2,4", help="bench async: staleness bounds")
+    parser.add_argument("--async-repeats", type=int, default=1, help="bench async: interleaved repeats (medians)")
     parser.add_argument("--staleness-etas", default="0,2,4,8", help="bench staleness: staleness bounds")
     parser.add_argument("--questions", type=int, default=8, help="bench memory: dev questions per workflow")
     parser.add_argument("--turns", type=int, default=8, help="bench memory: searches before the answer")
@@ -68,7 +69,7 @@ def write_report(run_dir: str, header: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     t0, started = time.time(), datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine_start = _machine()
-    for name, module, extra in (("async", asynchrony, {"etas": args.async_etas}),
+    for name, module, extra in (("async", asynchrony, {"etas": args.async_etas, "repeats": args.async_repeats}),
                                 ("staleness", staleness, {"etas": args.staleness_etas}),
                                 ("memory", memory, {}), ("scale", scale, {"inputs": ""})):
         print(f"\n[bench all] {name}", flush=True)

@@ -101,6 +101,22 @@ def test_speedups_bound_and_target_from_given_numbers():
     assert "at least 1 - t_gen / t_train = 33%" in text and "1.5x synchronous, generator idle < 10%): MET" in text
 
 
+def test_repeats_take_the_median_of_each_repeats_own_ratio():
+    rest = {"step_wall_s": 10.0, "trained_tokens_per_s": 1.0, "context_tokens_per_s": 1.0, "reward_final": 0.1,
+            "learner_wait_frac": 0.0, "t_gen_s": 4.0, "t_train_s": 6.0}
+
+    def rep(base_gps, fast_gps, idle):
+        return {0: dict(rest, groups_per_s=base_gps, gen_idle_frac=0.5),
+                2: dict(rest, groups_per_s=fast_gps, gen_idle_frac=idle)}
+    # a slow repeat halves both arms: its ratio (1.6) counts, not its throughput
+    result = asynchrony.analyze(rep(0.4, 0.64, 0.05), rep(0.2, 0.32, 0.12), rep(0.4, 0.56, 0.07))
+    two = result["rows"][1]
+    assert two["speedups"] == pytest.approx([1.6, 1.6, 1.4]) and two["speedup"] == pytest.approx(1.6)
+    assert two["groups_per_s"] == pytest.approx(0.56) and two["gen_idle_frac"] == pytest.approx(0.07)
+    assert result["repeats"] == 3 and result["target_met"] is True
+    assert "eta 2 over 3 repeats: speed-up 1.60x, 1.60x, 1.40x; generator idle 5%, 12%, 7%" in asynchrony.render(result)
+
+
 def test_scale_from_given_numbers_and_the_report(async_run, tmp_path):
     run_dir = async_run[0]
     inputs = tmp_path / "inputs.json"
