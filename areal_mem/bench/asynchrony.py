@@ -40,8 +40,8 @@ def analyze(*repeats: Dict[int, Dict[str, float]]) -> dict:
     for eta in etas:
         runs = [rep[eta] for rep in repeats]
         ratios = [rep[eta]["groups_per_s"] / rep[etas[0]]["groups_per_s"] for rep in repeats]
-        row = {"eta": eta, **{k: statistics.median(r[k] for r in runs) for k in runs[0]
-                              if all(k in r for r in runs)}, "speedup": statistics.median(ratios)}
+        row = {"eta": eta, **{k: _median([r[k] for r in runs]) for k in runs[0] if all(k in r for r in runs)},
+               "speedup": statistics.median(ratios)}
         if len(repeats) > 1:
             row["speedups"] = ratios
             row["gen_idle_fracs"] = [r.get("gen_idle_frac") for r in runs]
@@ -58,6 +58,13 @@ def analyze(*repeats: Dict[int, Dict[str, float]]) -> dict:
     if two is not None and etas[0] == 0:
         out["target_met"] = bool(two["speedup"] >= TARGET_SPEEDUP and two.get("gen_idle_frac", 1.0) < TARGET_IDLE)
     return out
+
+
+def _median(values: list):
+    """The median of numbers, or key by key of dicts of numbers (CPU seconds by role)."""
+    if isinstance(values[0], dict):
+        return {k: statistics.median(v.get(k, 0.0) for v in values) for k in values[0]}
+    return statistics.median(values)
 
 
 def plot(result: dict, run_dir: str, figures_dir: str = "") -> list:
@@ -111,6 +118,13 @@ def render(result: dict) -> str:
                       [[r["eta"], r["gen_prefill_tokens_per_step"], r["gen_prefill_s_per_step"],
                         r["gen_decode_s_per_step"], r["gen_decode_ms_per_row"], r["gen_decode_batch"]]
                        for r in result["rows"]]), ""]
+    if all("cpu_s_per_step" in r for r in result["rows"]):
+        roles = sorted({k for r in result["rows"] for k in r["cpu_s_per_step"]})
+        lines += ["CPU seconds per learner step by process (all cores; busy = their sum over cores x wall time):", "",
+                  markdown_table(["eta", *roles, "sum", "cores busy"],
+                                 [[r["eta"], *(r["cpu_s_per_step"].get(k, 0.0) for k in roles),
+                                   sum(r["cpu_s_per_step"].values()), pct(r["cpu_busy_frac"])]
+                                  for r in result["rows"]]), ""]
     if "target_met" in result:
         lines.append(f"target (eta 2 >= {TARGET_SPEEDUP}x synchronous, generator idle < "
                      f"{100 * TARGET_IDLE:.0f}%): {'MET' if result['target_met'] else 'NOT met'}")
