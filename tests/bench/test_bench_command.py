@@ -58,6 +58,14 @@ def _check_arms(result, records, stdout):
         assert row["gen_idle_frac"] == pytest.approx(
             1 - (last["busy_s"] - first["busy_s"]) / (last["uptime_s"] - first["uptime_s"]))
         assert 0.0 <= row["gen_idle_frac"] < 1.0 and row["gen_tokens_per_busy_s"] > 0  # the engine's counter
+        # the engine's split of its busy time, and CPU seconds by process over the same window
+        assert row["gen_prefill_s_per_step"] + row["gen_decode_s_per_step"] <= row["t_gen_s"] + 1e-9
+        assert row["gen_decode_ms_per_row"] == pytest.approx(
+            1e3 * (last["decode_s"] - first["decode_s"]) / (last["decode_rows"] - first["decode_rows"]))
+        cpu = row["cpu_s_per_step"]
+        assert {"launcher", "generator", "learner", "rollout", "retriever", "buffer"} <= set(cpu)
+        assert cpu["learner"] == pytest.approx((last["cpu_s"]["learner"] - first["cpu_s"]["learner"]) / 2)
+        assert cpu["learner"] > 0 and cpu["generator"] > 0 and 0 < row["cpu_busy_frac"] <= 1.05
         assert row["staleness_mean"] <= eta
         if len(os.sched_getaffinity(0)) >= 2:  # generation and training pinned apart
             assert "launcher.cpu_affinity.generator=[%d]" % min(os.sched_getaffinity(0)) in rec["argv"]
