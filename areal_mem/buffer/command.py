@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
             port=b.port if args.port is None else args.port,
             token=b.token or os.environ.get(TOKEN_ENV, ""), max_staleness=b.max_staleness,
             batch_groups=b.batch_groups, max_running=max_running,
-            max_memory_groups=b.max_memory_groups, fsync=b.fsync, slot_ttl_s=b.slot_ttl_s)
+            max_memory_groups=b.max_memory_groups, fsync=b.fsync, slot_ttl_s=b.slot_ttl_s,
+            max_group_bytes=int(b.max_group_mb * (1 << 20)))
     except (InsecureBindError, ValueError) as e:
         print(f"areal-mem buffer: {e}", file=sys.stderr)
         return 2

@@ -9,6 +9,8 @@
   again; the schema metadata `areal_mem.batch` carries
   `{"batch_id", "group_ids", "dropped_stale", "version"}` (batch_id "" when
   `wait_s` passed with fewer than `n` groups).
+- A put stream over `max_group_bytes` is refused as "invalid" as soon as it passes the limit,
+  so one client cannot make the service hold an unbounded stream in memory.
 - `do_action` (JSON bodies, JSON results): acquire, release, set_version, ack,
   requeue, stats (see `ACTIONS`).
 
@@ -64,7 +66,7 @@ class BufferService(flight.FlightServerBase):
     def __init__(self, data_dir: str, *, host: str = "127.0.0.1", port: int = 0,
                  token: str = "", max_staleness: int = 2, batch_groups: int = 8,
                  max_running: int = 16, max_memory_groups: int = 256, fsync: bool = True,
-                 slot_ttl_s: float = 0.0) -> None:
+                 slot_ttl_s: float = 0.0, max_group_bytes: int = 256 << 20) -> None:
         check_bind("buffer", host, token)
         self.store = GroupStore(data_dir, fsync=fsync)
         rec = self.store.recover(max_staleness)
@@ -72,6 +74,7 @@ class BufferService(flight.FlightServerBase):
                                           version=rec.version, trained_batches=rec.acked_batches,
                                           clock=rec.clock)
         self.max_memory_groups = max_memory_groups
+        self.max_group_bytes = max_group_bytes
         self.slot_ttl_s = slot_ttl_s
         self._cond = threading.Condition()
         self._pending: Dict[int, GroupEntry] = {e.seq: e for e in rec.pending}
@@ -100,12 +103,23 @@ class BufferService(flight.FlightServerBase):
         self.store.close()
 
     # -- do_put ---------------------------------------------------------------
+    def _read_group(self, reader) -> pa.Table:
+        """Read a put stream chunk by chunk, refusing it once it passes `max_group_bytes`."""
+        chunks, size = [], 0
+        for chunk in reader:
+            size += chunk.data.nbytes
+            if size > self.max_group_bytes:
+                raise SchemaError(f"the stream passed {size} bytes, over the limit of "
+                                  f"{self.max_group_bytes} bytes (buffer.max_group_mb)")
+            chunks.append(chunk.data)
+        return pa.Table.from_batches(chunks, schema=reader.schema)
+
     def do_put(self, context, descriptor, reader, writer) -> None:
         body = _json_object(descriptor.command, "do_put descriptor", FIELDS["do_put"])
         group_id = _get(body, "group_id", str, "")
         slot = _get(body, "slot", str, "")
         try:
-            table = reader.read_all()
+            table = self._read_group(reader)
             dup = sorted({n for n in table.column_names if table.column_names.count(n) > 1})
             if dup:
                 raise SchemaError(f"duplicate column(s) {dup}")

@@ -10,6 +10,7 @@ class BufferConfig:
     max_staleness: int = 2  # eta; 0 runs synchronously
     batch_groups: int = 8  # B: groups per training batch
     max_memory_groups: int = 256  # groups held in memory, the rest read back from disk
+    max_group_mb: float = 256.0  # a put stream larger than this is refused (~6.3 bytes per context token)
     token: str = ""  # shared bearer token; empty: env AREAL_MEM_BUFFER_TOKEN, else none
     max_running_groups: int = 0  # groups in flight, all workers; 0: rollout.num_workers * max_concurrent_groups
     fsync: bool = True  # an accepted group is fsynced to disk before the put returns

@@ -123,6 +123,20 @@ def test_invalid_puts_are_refused_and_nothing_is_stored(serve, tmp_path):
     assert client.put_table(good, "g") is True  # the id was not burnt by the refusals
 
 
+def test_a_put_over_the_size_limit_is_refused_and_the_service_stays_up(serve, tmp_path):
+    buf = serve(overrides=["buffer.max_group_mb=0.003"])  # 3,145 bytes
+    client = buf.client()
+    big, small = group_to_table(make_group("big", n_traj=6)), group_to_table(make_group("small"))
+    assert small.nbytes < 3_145 < big.nbytes == 5_021
+    with pytest.raises(BufferRefusedError) as e:
+        client.put_table(big, "big")
+    assert e.value.code == "invalid" and "passed 5021 bytes, over the limit of 3145 bytes (buffer.max_group_mb)" in str(e.value)
+    assert client.stats()["refused_invalid"] == 1
+    assert os.listdir(tmp_path / "run" / "buffer" / "groups") == []
+    assert client.put_table(small, "small") is True
+    assert client.get_batch(1).group_ids == ["small"]
+
+
 def test_duplicate_group_id_is_refused(serve):
     buf = serve()
     client = buf.client()
