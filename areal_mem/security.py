@@ -10,7 +10,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
-from typing import Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from aiohttp import web
 from omegaconf import DictConfig, OmegaConf
@@ -62,6 +62,27 @@ def bearer_auth_middleware(token: Optional[str]):
         if token and not token_matches(request.headers.get("Authorization"), token):
             return web.json_response({"error": "missing or wrong bearer token"}, status=401)
         return await handler(request)
+
+    return middleware
+
+
+def json_errors_middleware(body: Callable[[str, int], Any]):
+    """aiohttp middleware giving aiohttp's own errors (an unknown route, a wrong method, a body
+    over the limit) the service's JSON error shape `body(message, status)` instead of plain
+    text, so a client parses every 4xx the same way."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        try:
+            return await handler(request)
+        except web.HTTPException as e:
+            if e.status < 400:
+                raise
+            message = f"{request.method} {request.path}: {e.reason}"
+            allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
+            if allow:
+                message += f" (allowed: {allow['Allow']})"
+            return web.json_response(body(message, e.status), status=e.status, headers=allow)
 
     return middleware
 

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from areal_mem.config.retriever import RetrieverConfig
 from areal_mem.process import write_ready_file
-from areal_mem.security import bearer_auth_middleware, check_bind
+from areal_mem.security import bearer_auth_middleware, check_bind, json_errors_middleware
 
 from .batcher import MicroBatcher
 from .index import Index
@@ -27,7 +27,9 @@ BATCHER = web.AppKey("batcher", MicroBatcher)
 
 def make_app(index: Index, cfg: RetrieverConfig) -> web.Application:
     limits = Limits(max_top_n=cfg.max_top_n, max_queries=cfg.max_queries)
-    app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[bearer_auth_middleware(cfg.token)])
+    app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[
+        json_errors_middleware(lambda message, status: RequestError("", message, status).body()),
+        bearer_auth_middleware(cfg.token)])
 
     async def batcher_ctx(app: web.Application):
         batcher = MicroBatcher(index.search, cfg.max_batch_size, cfg.batch_window_ms / 1000.0)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from aiohttp import web
 
-from areal_mem.security import bearer_auth_middleware
+from areal_mem.security import bearer_auth_middleware, json_errors_middleware
 from areal_mem.weight_transport import BucketMeta, WeightGroup
 
 from .engine import Engine, Request, WeightLoadError
@@ -304,7 +304,8 @@ class GeneratorServer:
         return web.json_response({"success": True, "message": "Cache flushed."})
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[bearer_auth_middleware(self.token)],
+        app = web.Application(middlewares=[json_errors_middleware(error_body),
+                                           bearer_auth_middleware(self.token)],
                               client_max_size=MAX_BODY_BYTES)
         app.add_routes([
             web.post("/generate", self.generate),

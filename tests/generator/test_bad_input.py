@@ -42,6 +42,12 @@ def test_bad_generate_requests_answer_400_and_server_stays_up(server, sglang_api
                     assert err.error.code == 400
             async with s.post(server.url + "/generate", data=b"{not json") as r:
                 assert r.status == 400 and "not JSON" in await r.text()
+            async with s.post(server.url + "/generat", json={"input_ids": [5]}) as r:  # aiohttp's own 404
+                assert (r.status, await r.json()) == (404, {"error": {"message": "POST /generat: Not Found",
+                                                                      "code": 404}})
+            async with s.get(server.url + "/generate") as r:
+                assert r.status == 405 and r.headers["Allow"] == "POST"
+                assert (await r.json())["error"]["message"] == "GET /generate: Method Not Allowed (allowed: POST)"
             async with s.post(server.url + "/pause_generation", json={"mode": "sideways"}) as r:
                 assert r.status == 400
             async with s.post(server.url + "/update_weights_from_disk", json={"model_path": "/nonexistent"}) as r:

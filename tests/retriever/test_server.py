@@ -87,6 +87,15 @@ def test_bad_input_gets_4xx_naming_the_field_and_the_server_stays_up(bm25_server
     assert post(bm25_server.url + "/search", {"query": "city", "top_n": 1})[0] == 200
 
 
+def test_unknown_routes_and_methods_answer_json_errors(bm25_server):
+    """aiohttp's own 404 and 405 come in the service's error shape, not as text."""
+    assert post(bm25_server.url + "/serach", {"query": "x"}) == (
+        404, {"error": "POST /serach: Not Found", "field": ""})
+    got, out = post(bm25_server.url + "/health", {})
+    assert got == 405 and out == {"error": "POST /health: Method Not Allowed (allowed: GET,HEAD)", "field": ""}
+    assert bm25_server.health()["status"] == "ok"
+
+
 def test_micro_batched_answers_equal_one_at_a_time_answers(dense_server, title_queries):
     """Sequential requests run as batches of one; 48 concurrent ones share a few batches."""
     queries = [q for q, _ in title_queries[:48]]
