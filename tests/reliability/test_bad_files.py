@@ -37,20 +37,6 @@ CORPUS_LINES = {
     "no id": (b'{"contents": "x"}', "field 'id'"),
     "contents not text": (b'{"id": "1", "contents": 5}', "field 'contents'"),
 }
-
-
-@pytest.mark.parametrize("case", sorted(CORPUS_LINES))
-def test_a_corrupt_corpus_line_names_file_and_line(case, tmp_path):
-    from retriever.corpus import CorpusError, corpus_checksum
-
-    line, needle = CORPUS_LINES[case]
-    path = tmp_path / "corpus.jsonl"
-    path.write_bytes(GOOD_PASSAGE * 2 + line + b"\n" + GOOD_PASSAGE)
-    with pytest.raises(CorpusError) as e:
-        corpus_checksum(str(path))
-    assert str(e.value).startswith(f"{path}:3: ") and needle in str(e.value)
-
-
 QUESTION_LINES = {
     "truncated JSON": (b'{"id": 1, "question": "q"', "not valid JSON"),
     "not UTF-8": (b'{"id": 1, "question": "\xc3\x28", "golden_answers": ["a"]}', "not UTF-8"),
@@ -60,16 +46,20 @@ QUESTION_LINES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(QUESTION_LINES))
-def test_a_corrupt_flashrag_line_names_file_and_line(case, tmp_path):
+@pytest.mark.parametrize("reader,case", [("corpus", c) for c in sorted(CORPUS_LINES)]
+                         + [("flashrag", c) for c in sorted(QUESTION_LINES)])
+def test_a_corrupt_line_names_file_and_line(reader, case, tmp_path):
     from areal_mem.data import DataError, read_tasks
+    from retriever.corpus import CorpusError, corpus_checksum
 
-    line, needle = QUESTION_LINES[case]
-    path = tmp_path / "dev.jsonl"
-    path.write_bytes(GOOD_QUESTION + line + b"\n")
-    with pytest.raises(DataError) as e:
-        read_tasks(str(path))
-    assert str(e.value).startswith(f"{path}:2: ") and needle in str(e.value)
+    lines, good, read, error = {"corpus": (CORPUS_LINES, GOOD_PASSAGE, corpus_checksum, CorpusError),
+                                "flashrag": (QUESTION_LINES, GOOD_QUESTION, read_tasks, DataError)}[reader]
+    line, needle = lines[case]
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(good * 2 + line + b"\n" + good)
+    with pytest.raises(error) as e:
+        read(str(path))
+    assert str(e.value).startswith(f"{path}:3: ") and needle in str(e.value)
 
 
 def test_bad_data_files_through_the_command_line(tmp_path):
