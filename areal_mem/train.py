@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 class TrainPipeline:
     def __init__(self, cfg: DictConfig, evaluate: bool = True) -> None:
+        from .launch.plan import require_publisher
+
+        require_publisher(cfg)  # before the stages that come first take their minutes
         self.cfg, self.evaluate = cfg, evaluate
         # Its own file: the learner rewrites <run_dir>/config.yaml with the service addresses of
         # the RL stage, which are gone by the final evaluation.

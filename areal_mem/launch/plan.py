@@ -98,7 +98,17 @@ def _generator_devices(cfg: DictConfig, i: int) -> Dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus[i * g:(i + 1) * g]))}
 
 
+def require_publisher(cfg: DictConfig) -> None:
+    """An RL run needs weight pushes: without them the version never advances."""
+    if cfg.learner.publisher.value == "none":
+        raise ConfigError("learner.publisher=none with rollout workers: the generators would never get "
+                          "new weights, and the buffer admits only (buffer.max_staleness + 1) x "
+                          "buffer.batch_groups groups before the learner waits forever; "
+                          "use learner.publisher=distributed or disk")
+
+
 def worker_specs(cfg: DictConfig, config_path: str, addresses: Addresses) -> List[ProcessSpec]:
+    require_publisher(cfg)
     n = cfg.rollout.num_workers
     return with_affinity(cfg, [ProcessSpec(f"rollout{i}", ["rollout", "--config", config_path,
                                                            "--worker-id", str(i), "--num-workers", str(n),

@@ -37,3 +37,15 @@ def test_a_too_small_gpu_list_names_the_keys():
     cfg = plan_cfg("launcher.learner_ranks=2", "launcher.learner_gpus=[0]")
     with pytest.raises(ConfigError, match="launcher.learner_gpus"):
         learner_specs(cfg, "c.yaml", Addresses(), "127.0.0.1", 1)
+
+
+def test_rollout_workers_without_a_publisher_are_refused_before_anything_starts(tmp_path):
+    from areal_mem.train import TrainPipeline
+
+    cfg = plan_cfg("learner.publisher=none", f"run_dir={tmp_path}")
+    with pytest.raises(ConfigError, match=r"learner.publisher=none with rollout workers: .* "
+                                          r"\(buffer.max_staleness \+ 1\) x buffer.batch_groups"):
+        worker_specs(cfg, "c.yaml", Addresses())
+    with pytest.raises(ConfigError, match="learner.publisher=none"):
+        TrainPipeline(cfg)
+    assert list(tmp_path.iterdir()) == []  # nothing written
