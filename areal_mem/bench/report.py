@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _machine() -> str:
     load = os.getloadavg()
     return (f"{len(os.sched_getaffinity(0))} usable CPU cores, load average {load[0]:.1f} / {load[1]:.1f} / "
-            f"{load[2]:.1f} (1/5/15 min); the machine is shared with other engineers' jobs")
+            f"{load[2]:.1f} (1/5/15 min)")
 
 
 def write_report(run_dir: str, header: dict) -> str:
