@@ -69,7 +69,7 @@ def bearer_auth_middleware(token: Optional[str]):
 def json_errors_middleware(body: Callable[[str, int], Any]):
     """aiohttp middleware giving aiohttp's own errors (an unknown route, a wrong method, a body
     over the limit) the service's JSON error shape `body(message, status)` instead of plain
-    text, so a client parses every 4xx the same way."""
+    text, so a client parses them like the service's own 4xx answers."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):

@@ -9,8 +9,8 @@
   again; the schema metadata `areal_mem.batch` carries
   `{"batch_id", "group_ids", "dropped_stale", "version"}` (batch_id "" when
   `wait_s` passed with fewer than `n` groups).
-- A put stream over `max_group_bytes` is refused as "invalid" as soon as it passes the limit,
-  so one client cannot make the service hold an unbounded stream in memory.
+- A put stream is refused as "invalid" at the first record batch that takes it over
+  `max_group_bytes`, so the service holds at most the limit plus one batch of a stream.
 - `do_action` (JSON bodies, JSON results): acquire, release, set_version, ack,
   requeue, stats (see `ACTIONS`).
 
@@ -74,6 +74,8 @@ class BufferService(flight.FlightServerBase):
                                           version=rec.version, trained_batches=rec.acked_batches,
                                           clock=rec.clock)
         self.max_memory_groups = max_memory_groups
+        if max_group_bytes <= 0:
+            raise ValueError(f"buffer.max_group_mb must be > 0, got {max_group_bytes / (1 << 20):g}")
         self.max_group_bytes = max_group_bytes
         self.slot_ttl_s = slot_ttl_s
         self._cond = threading.Condition()
@@ -107,6 +109,8 @@ class BufferService(flight.FlightServerBase):
         """Read a put stream chunk by chunk, refusing it once it passes `max_group_bytes`."""
         chunks, size = [], 0
         for chunk in reader:
+            if chunk.data is None:  # a metadata-only message carries no rows
+                continue
             size += chunk.data.nbytes
             if size > self.max_group_bytes:
                 raise SchemaError(f"the stream passed {size} bytes, over the limit of "

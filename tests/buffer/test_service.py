@@ -131,7 +131,17 @@ def test_a_put_over_the_size_limit_is_refused_and_the_service_stays_up(serve, tm
     with pytest.raises(BufferRefusedError) as e:
         client.put_table(big, "big")
     assert e.value.code == "invalid" and "passed 5021 bytes, over the limit of 3145 bytes (buffer.max_group_mb)" in str(e.value)
-    assert client.stats()["refused_invalid"] == 1
+    one_row_batches = pa.Table.from_batches(big.to_batches(max_chunksize=1))  # refused mid-stream
+    with pytest.raises(BufferRefusedError, match=r"passed (\d+) bytes") as e:
+        client.put_table(one_row_batches, "big")
+    assert 3_145 < int(e.value.args[0].split("passed ")[1].split(" ")[0]) < 5_021
+    raw = flight.FlightClient(buf.url)  # a metadata-only message is no rows, not a crash
+    writer, _ = raw.do_put(flight.FlightDescriptor.for_command(b'{"group_id": "m"}'), small.schema)
+    writer.write_metadata(b"x")
+    with pytest.raises(flight.FlightServerError, match="refused, nothing stored") as e:
+        writer.close()
+    assert json.loads(e.value.extra_info)["code"] == "invalid"
+    assert client.stats()["refused_invalid"] == 3
     assert os.listdir(tmp_path / "run" / "buffer" / "groups") == []
     assert client.put_table(small, "small") is True
     assert client.get_batch(1).group_ids == ["small"]
