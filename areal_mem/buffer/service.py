@@ -68,14 +68,14 @@ class BufferService(flight.FlightServerBase):
                  max_running: int = 16, max_memory_groups: int = 256, fsync: bool = True,
                  slot_ttl_s: float = 0.0, max_group_bytes: int = 256 << 20) -> None:
         check_bind("buffer", host, token)
+        if max_group_bytes <= 0:  # before the store is opened and recovered
+            raise ValueError(f"buffer.max_group_mb must be > 0, got {max_group_bytes / (1 << 20):g}")
         self.store = GroupStore(data_dir, fsync=fsync)
         rec = self.store.recover(max_staleness)
         self.staleness = StalenessManager(max_staleness, batch_groups, max_running,
                                           version=rec.version, trained_batches=rec.acked_batches,
                                           clock=rec.clock)
         self.max_memory_groups = max_memory_groups
-        if max_group_bytes <= 0:
-            raise ValueError(f"buffer.max_group_mb must be > 0, got {max_group_bytes / (1 << 20):g}")
         self.max_group_bytes = max_group_bytes
         self.slot_ttl_s = slot_ttl_s
         self._cond = threading.Condition()

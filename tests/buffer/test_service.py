@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 
 import pyarrow as pa
@@ -132,9 +133,9 @@ def test_a_put_over_the_size_limit_is_refused_and_the_service_stays_up(serve, tm
         client.put_table(big, "big")
     assert e.value.code == "invalid" and "passed 5021 bytes, over the limit of 3145 bytes (buffer.max_group_mb)" in str(e.value)
     one_row_batches = pa.Table.from_batches(big.to_batches(max_chunksize=1))  # refused mid-stream
-    with pytest.raises(BufferRefusedError, match=r"passed (\d+) bytes") as e:
+    with pytest.raises(BufferRefusedError) as e:
         client.put_table(one_row_batches, "big")
-    assert 3_145 < int(e.value.args[0].split("passed ")[1].split(" ")[0]) < 5_021
+    assert 3_145 < int(re.search(r"passed (\d+) bytes", str(e.value)).group(1)) < 5_021
     raw = flight.FlightClient(buf.url)  # a metadata-only message is no rows, not a crash
     writer, _ = raw.do_put(flight.FlightDescriptor.for_command(b'{"group_id": "m"}'), small.schema)
     writer.write_metadata(b"x")
