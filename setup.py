@@ -3,6 +3,7 @@
 torch is asked for as a range that the CPU build 2.13.0 satisfies: install
 ``torch==2.13.0`` first (see .ci/run) and nothing here pulls a CUDA build.
 """
+
 from setuptools import find_packages, setup
 
 CORE = [

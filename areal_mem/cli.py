@@ -4,6 +4,7 @@ Every command is one line in `COMMANDS`: its name and the module that holds it.
 A command module defines `HELP` (one line), `add_arguments(parser)` and
 `run(args) -> int`; heavy imports stay inside `run` so `--help` is instant.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,11 +59,13 @@ def pin_cpus() -> None:
     try:
         wanted = {int(c) for c in value.split(",")}
     except ValueError:
-        raise ConfigError(f"launcher.cpu_affinity: {AFFINITY_ENV}={value!r} is not a list of CPU numbers")
+        raise ConfigError(f"launcher.cpu_affinity: {AFFINITY_ENV}={value!r} is not a list of CPU numbers") from None
     have = os.sched_getaffinity(0)
     if not wanted <= have:
-        raise ConfigError(f"launcher.cpu_affinity: CPU(s) {sorted(wanted - have)} do not exist or are "
-                          f"not usable here ({AFFINITY_ENV}={value}); usable CPUs: {sorted(have)}")
+        raise ConfigError(
+            f"launcher.cpu_affinity: CPU(s) {sorted(wanted - have)} do not exist or are "
+            f"not usable here ({AFFINITY_ENV}={value}); usable CPUs: {sorted(have)}"
+        )
     os.sched_setaffinity(0, wanted)
 
 

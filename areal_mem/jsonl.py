@@ -1,4 +1,5 @@
 """Reading jsonl files so that a bad line is reported as `file:line`, whoever reads it."""
+
 from __future__ import annotations
 
 import json

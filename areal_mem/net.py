@@ -1,4 +1,5 @@
 """Small network helpers shared by launchers and tests."""
+
 from __future__ import annotations
 
 import socket

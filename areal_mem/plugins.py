@@ -10,6 +10,7 @@ What is registered is a factory, so that each kind is built the same way:
 - tool: `factory(ToolBuild) -> Tool`;
 - reward: `factory(RolloutConfig) -> reward(message, task) -> float`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -101,11 +102,10 @@ def resolve(kind: str, name: str) -> Any:
         try:
             obj = ep.load()
         except (ImportError, AttributeError) as e:
-            raise PluginError(f"entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) "
-                              f"does not load: {e}") from None
+            raise PluginError(f"entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) does not load: {e}") from None
         return register(kind, name, obj)
     if name in _BUILTINS[kind]:
         return load_path(_BUILTINS[kind][name])
-    raise PluginError(f"no {kind} named {name!r}; available: {', '.join(available(kind))} "
-                      f"(or give a module:attribute path)")
-
+    raise PluginError(
+        f"no {kind} named {name!r}; available: {', '.join(available(kind))} (or give a module:attribute path)"
+    )

@@ -5,6 +5,7 @@ serves, so a launcher can ask for port 0 (no races between parallel runs) and
 learn the address without parsing logs. Children run in their own
 session (process group), so stopping one stops everything it started.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,12 +27,18 @@ class ChildProcess:
     url: str = ""
     restarts: int = 0
 
-    def start(self) -> "ChildProcess":
+    def start(self) -> ChildProcess:
         os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         return self
 
     def alive(self) -> bool:
@@ -75,8 +82,9 @@ class ChildProcess:
         self.proc.wait()
 
     def failure(self, what: str) -> RuntimeError:
-        return RuntimeError(f"{self.name} {what} (exit code {self.returncode}); "
-                            f"last lines of {self.log_path}:\n{self.log_tail()}")
+        return RuntimeError(
+            f"{self.name} {what} (exit code {self.returncode}); last lines of {self.log_path}:\n{self.log_tail()}"
+        )
 
 
 def ready_file_path(name: str) -> str:

@@ -5,6 +5,7 @@ token is refused, because the services accept weights paths and training data.
 Tokens travel in `AREAL_MEM_<SERVICE>_TOKEN` environment variables, never on a
 command line or in a config file written to the run dir (`redact_tokens`).
 """
+
 from __future__ import annotations
 
 import hmac
@@ -51,7 +52,7 @@ def token_matches(header_value: Optional[str], token: str) -> bool:
     """Constant-time check of an `Authorization: Bearer <token>` header value."""
     if not header_value or not header_value.startswith("Bearer "):
         return False
-    return hmac.compare_digest(header_value[len("Bearer "):].encode(), token.encode())
+    return hmac.compare_digest(header_value[len("Bearer ") :].encode(), token.encode())
 
 
 def bearer_auth_middleware(token: Optional[str]):

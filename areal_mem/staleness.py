@@ -13,6 +13,7 @@ run one batch further ahead and those groups would all be dropped as stale. So
 the clock is set at each version change to `min(version, trained_batches)`: the
 version, except that pushes without a trained batch do not advance it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,7 +35,8 @@ class StalenessManager:
         if self.max_staleness < 0 or self.batch_groups < 1 or self.max_running < 1:
             raise ValueError(
                 f"staleness bound needs max_staleness >= 0, batch_groups >= 1, max_running >= 1; "
-                f"got {self.max_staleness}, {self.batch_groups}, {self.max_running}")
+                f"got {self.max_staleness}, {self.batch_groups}, {self.max_running}"
+            )
         if self.clock is None:
             self.clock = self.version
 

@@ -5,6 +5,7 @@ prompt, so every string round-trips exactly and the agent's tags are single
 tokens; the model is a randomly initialised `Qwen2ForCausalLM` that transformers
 and the generators load like any hub checkpoint.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,18 @@ HELP = "build a tiny Qwen2 model and BPE tokenizer (Hugging Face format) for CPU
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # The agent's tags: added (not special) tokens, so they stay in decoded text but cost one token.
-TAG_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
-              "</tool_response>", "<memory>", "</memory>", "<question>", "</question>"]
+TAG_TOKENS = [
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<memory>",
+    "</memory>",
+    "<question>",
+    "</question>",
+]
 QWEN2_PRETOKENIZE_REGEX = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
@@ -61,28 +72,36 @@ def train_tokenizer(world_dir: str, vocab_size: int = 4096, extra_texts: Optiona
     # them on load, so training with anything else would encode differently after a reload.
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=2, special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     texts = [memsearcher_prompt()] + list(extra_texts or [])
     tok.train_from_iterator(_world_texts(world_dir, texts), trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        unk_token=None, bos_token=None, clean_up_tokenization_spaces=False,
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        bos_token=None,
+        clean_up_tokenization_spaces=False,
     )
     fast.add_tokens(TAG_TOKENS)
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
 
-def init_model(world_dir: str, out_dir: str, shape: Optional[TinyModelConfig] = None,
-               seed: int = 0) -> str:
+def init_model(world_dir: str, out_dir: str, shape: Optional[TinyModelConfig] = None, seed: int = 0) -> str:
     """Write tokenizer + randomly initialised Qwen2ForCausalLM (safetensors) to `out_dir`."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
@@ -90,17 +109,23 @@ def init_model(world_dir: str, out_dir: str, shape: Optional[TinyModelConfig] = 
     shape = shape or TinyModelConfig()
     tokenizer = train_tokenizer(world_dir, shape.vocab_size)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size, num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads, num_key_value_heads=shape.num_key_value_heads,
-        max_position_embeddings=shape.max_position_embeddings, tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
-        rope_theta=10000.0, torch_dtype="float32",
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        max_position_embeddings=shape.max_position_embeddings,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        rope_theta=10000.0,
+        torch_dtype="float32",
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
@@ -128,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
         print("areal-mem init-model: --hidden must divide by --heads and --heads by --kv-heads")
         return 2
     start = time.time()
-    shape = TinyModelConfig(args.vocab, args.hidden, args.intermediate, args.layers, args.heads,
-                            args.kv_heads, args.max_positions)
+    shape = TinyModelConfig(
+        args.vocab, args.hidden, args.intermediate, args.layers, args.heads, args.kv_heads, args.max_positions
+    )
     try:
         init_model(args.world, args.out, shape, args.seed)
     except FileNotFoundError as e:
@@ -138,8 +164,10 @@ def run(args: argparse.Namespace) -> int:
     with open(os.path.join(args.out, "config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
     params = _count_params(args.out)
-    print(f"tiny Qwen2 model: {params / 1e6:.2f}M parameters, vocabulary {cfg['vocab_size']}, "
-          f"written to {args.out} in {time.time() - start:.1f}s")
+    print(
+        f"tiny Qwen2 model: {params / 1e6:.2f}M parameters, vocabulary {cfg['vocab_size']}, "
+        f"written to {args.out} in {time.time() - start:.1f}s"
+    )
     return 0
 
 

@@ -6,6 +6,7 @@ world -> tiny model -> retriever index -> oracle demonstrations + SFT warm start
 learner and rollout workers) -> evaluation of the trained model. Production
 recipes name an existing model and index, so only the RL and evaluation run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,16 @@ class TrainPipeline:
 
             log.info("building the synthetic world in %s", cfg.world.dir)
             w = cfg.world
-            build_world(w.dir, w.seed, w.passages, w.questions, w.dev_fraction, w.test_fraction,
-                        list(w.question_types), list(w.single_attributes))
+            build_world(
+                w.dir,
+                w.seed,
+                w.passages,
+                w.questions,
+                w.dev_fraction,
+                w.test_fraction,
+                list(w.question_types),
+                list(w.single_attributes),
+            )
         if cfg.model.build and not os.path.exists(os.path.join(cfg.model.path, "config.json")):
             from .tiny_model import init_model
 
@@ -67,12 +76,17 @@ class TrainPipeline:
             raise ConfigError(
                 f"retriever.index_dir={cfg.retriever.index_dir!r} holds no index and retriever.urls "
                 f"is empty: build one (areal-mem retriever build --corpus FILE --out "
-                f"{cfg.retriever.index_dir} --config ...) or point retriever.urls at a service")
+                f"{cfg.retriever.index_dir} --config ...) or point retriever.urls at a service"
+            )
         from retriever.build import build_index
 
         log.info("building the %s index in %s", cfg.retriever.kind.value, cfg.retriever.index_dir)
-        build_index(os.path.join(cfg.world.dir, "corpus.jsonl"), cfg.retriever.index_dir,
-                    kind=cfg.retriever.kind, cfg=OmegaConf.to_object(cfg.retriever))
+        build_index(
+            os.path.join(cfg.world.dir, "corpus.jsonl"),
+            cfg.retriever.index_dir,
+            kind=cfg.retriever.kind,
+            cfg=OmegaConf.to_object(cfg.retriever),
+        )
 
     def warm_start(self) -> str:
         """Oracle demonstrations + SFT; returns the model RL starts from."""
@@ -86,13 +100,17 @@ class TrainPipeline:
         if not os.path.exists(demos):
             from rollout.oracle import write_demonstrations
 
-            stats = write_demonstrations(cfg, demos, limit=sft.oracle_questions,
-                                         mistake_rate=sft.oracle_mistake_rate, seed=cfg.seed)
+            stats = write_demonstrations(
+                cfg, demos, limit=sft.oracle_questions, mistake_rate=sft.oracle_mistake_rate, seed=cfg.seed
+            )
             log.info("oracle demonstrations: %s", stats)
             self.results["oracle"] = stats
         threads = sft.threads or os.cpu_count() or 1
-        self._run("sft", ["sft", "--config", self.config_path, "--data", demos,
-                          f"learner.sft.out_dir={out}"], env={"OMP_NUM_THREADS": str(threads)})
+        self._run(
+            "sft",
+            ["sft", "--config", self.config_path, "--data", demos, f"learner.sft.out_dir={out}"],
+            env={"OMP_NUM_THREADS": str(threads)},
+        )
         return out
 
     # ---- evaluation and RL ----
@@ -102,13 +120,25 @@ class TrainPipeline:
         out_dir = os.path.join(self.cfg.run_dir, "eval", tag)
         summary_path = os.path.join(out_dir, "summary.json")
         if not os.path.exists(summary_path):
-            self._run(f"eval-{tag}", ["eval", "--config", self.config_path, "--quiet",
-                                      f"model.path={model_path}", f"eval.out_dir={out_dir}"])
+            self._run(
+                f"eval-{tag}",
+                [
+                    "eval",
+                    "--config",
+                    self.config_path,
+                    "--quiet",
+                    f"model.path={model_path}",
+                    f"eval.out_dir={out_dir}",
+                ],
+            )
         with open(summary_path, encoding="utf-8") as f:
             summary = json.load(f)
         self.results[f"eval_{tag}"] = {k: summary.get(k) for k in ("em", "f1", "acc", "mean_turns")}
-        print(f"[train] {tag}: EM {summary['em']:.2f}% F1 {summary['f1']:.2f}% "  # the summary's percent
-              f"on {summary['questions']} questions, {summary['mean_turns']:.2f} turns each", flush=True)
+        print(
+            f"[train] {tag}: EM {summary['em']:.2f}% F1 {summary['f1']:.2f}% "  # the summary's percent
+            f"on {summary['questions']} questions, {summary['mean_turns']:.2f} turns each",
+            flush=True,
+        )
         return summary
 
     def rl(self, start_model: str, on_tick: Optional[Callable[[object], None]] = None) -> str:
@@ -137,8 +167,10 @@ class TrainPipeline:
             launcher.stop_all()
             bar.close()
         if code != 0:
-            raise SystemExit(f"areal-mem train: the learner failed (exit {code}); "
-                             f"see {os.path.join(cfg.run_dir, 'logs', 'learner.log')}")
+            raise SystemExit(
+                f"areal-mem train: the learner failed (exit {code}); "
+                f"see {os.path.join(cfg.run_dir, 'logs', 'learner.log')}"
+            )
         self.record_time("rl", start)
         return final
 
@@ -149,8 +181,7 @@ class TrainPipeline:
         start = time.time()
         print(f"[train] {name} ... (log {path})", flush=True)
         with open(path, "ab") as f:
-            proc = subprocess.Popen(CLI + argv, stdout=f, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **(env or {})})
+            proc = subprocess.Popen(CLI + argv, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
             try:
                 code = proc.wait()
             finally:  # Ctrl-C / SIGTERM (raised as SystemExit below) leaves no stage running

@@ -5,6 +5,7 @@ prompt tokens then the response tokens exactly as generated, with per-response-
 token loss mask, behaviour log-prob and policy version. The buffer's Arrow
 schema converts to and from these objects.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -7,6 +7,7 @@ the learner can push into real SGLang servers and into the embedded server alike
 the learner; it broadcasts each tensor of a bucket in the order the bucket's names were
 announced; every generator rank receives them in that order (gloo on CPU, NCCL on GPU).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ NamedTensors = Sequence[Tuple[str, torch.Tensor]]
 
 def parse_dtype(name: str) -> torch.dtype:
     """`"bfloat16"` or `"torch.bfloat16"` -> `torch.bfloat16`; anything else is a ValueError."""
-    short = name[len("torch."):] if name.startswith("torch.") else name
+    short = name[len("torch.") :] if name.startswith("torch.") else name
     dtype = getattr(torch, short, None)
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"unknown dtype {name!r}")
@@ -30,7 +31,7 @@ def parse_dtype(name: str) -> torch.dtype:
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype)[len("torch."):]
+    return str(dtype)[len("torch.") :]
 
 
 @dataclass
@@ -42,12 +43,13 @@ class BucketMeta:
     shapes: List[List[int]]
 
     @classmethod
-    def of(cls, named: NamedTensors) -> "BucketMeta":
-        return cls([n for n, _ in named], [dtype_name(t.dtype) for _, t in named],
-                   [list(t.shape) for _, t in named])
+    def of(cls, named: NamedTensors) -> BucketMeta:
+        return cls([n for n, _ in named], [dtype_name(t.dtype) for _, t in named], [list(t.shape) for _, t in named])
 
 
-def iter_buckets(named: Iterable[Tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[List[Tuple[str, torch.Tensor]]]:
+def iter_buckets(
+    named: Iterable[Tuple[str, torch.Tensor]], bucket_bytes: int
+) -> Iterator[List[Tuple[str, torch.Tensor]]]:
     """Group tensors, in order, into buckets of at most `bucket_bytes` (a larger tensor goes alone)."""
     bucket: List[Tuple[str, torch.Tensor]] = []
     size = 0
@@ -70,9 +72,16 @@ class WeightGroup:
         self.group_name, self.backend = group_name, backend
 
     @classmethod
-    def join(cls, master_address: str, master_port: int, world_size: int, rank: int,
-             group_name: str = "weights", backend: str = "gloo",
-             timeout_s: float = 600.0) -> "WeightGroup":
+    def join(
+        cls,
+        master_address: str,
+        master_port: int,
+        world_size: int,
+        rank: int,
+        group_name: str = "weights",
+        backend: str = "gloo",
+        timeout_s: float = 600.0,
+    ) -> WeightGroup:
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"backend must be 'gloo' or 'nccl', not {backend!r}")
         if not 0 <= rank < world_size:
@@ -80,12 +89,20 @@ class WeightGroup:
         timeout = timedelta(seconds=timeout_s)
         # Rank 0 serves the store itself (a tcp:// rendezvous would, under torchrun, become a
         # client of the launcher's store and no one would serve the weight group's).
-        store = dist.TCPStore(master_address, master_port, world_size, is_master=rank == 0,
-                              timeout=timeout, wait_for_workers=False)
+        store = dist.TCPStore(
+            master_address, master_port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False
+        )
         store = c10d.PrefixStore(group_name, store)
         pg, _ = c10d._new_process_group_helper(
-            world_size, rank, [], c10d.Backend(backend), store, group_name=group_name,
-            backend_options=None, timeout=timeout)
+            world_size,
+            rank,
+            [],
+            c10d.Backend(backend),
+            store,
+            group_name=group_name,
+            backend_options=None,
+            timeout=timeout,
+        )
         c10d._world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
         return cls(pg, rank, world_size, group_name, backend)
 
@@ -93,15 +110,16 @@ class WeightGroup:
         """Rank 0: send each tensor, in order (contiguous copies; on the group's device)."""
         if self.rank != 0:
             raise RuntimeError("only rank 0 broadcasts weights")
-        works = [dist.broadcast(t.detach().contiguous(), src=0, group=self.pg, async_op=True)
-                 for _, t in named]
+        works = [dist.broadcast(t.detach().contiguous(), src=0, group=self.pg, async_op=True) for _, t in named]
         for w in works:
             w.wait()
 
     def receive_bucket(self, meta: BucketMeta, device: str | torch.device = "cpu") -> List[Tuple[str, torch.Tensor]]:
         """Rank > 0: receive the announced tensors, in order."""
-        out = [(n, torch.empty(tuple(s), dtype=parse_dtype(d), device=device))
-               for n, d, s in zip(meta.names, meta.dtypes, meta.shapes)]
+        out = [
+            (n, torch.empty(tuple(s), dtype=parse_dtype(d), device=device))
+            for n, d, s in zip(meta.names, meta.dtypes, meta.shapes)
+        ]
         works = [dist.broadcast(t, src=0, group=self.pg, async_op=True) for _, t in out]
         for w in works:
             w.wait()

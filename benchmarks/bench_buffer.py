@@ -11,6 +11,7 @@ raw time for the same bytes (target: <= 2).
 
     .venv/bin/python benchmarks/bench_buffer.py [--groups 256] [--no-fsync]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,14 +30,29 @@ from areal_mem.buffer.launch import BufferProcess
 from areal_mem.trajectory import Context, Group, Trajectory
 
 
-def make_group(gid: str, rng: np.random.Generator, trajs: int = 5, contexts: int = 4,
-               tokens: int = 2000) -> Group:
+def make_group(gid: str, rng: np.random.Generator, trajs: int = 5, contexts: int = 4, tokens: int = 2000) -> Group:
     prompt = tokens // 2
     resp = tokens - prompt
-    return Group(gid, [Trajectory(f"{gid}/{t}", [Context(
-        input_ids=rng.integers(0, 150_000, tokens).tolist(), prompt_len=prompt,
-        loss_mask=[1] * resp, behav_logp=(-rng.random(resp, dtype=np.float32)).tolist(),
-        versions=[0] * resp) for _ in range(contexts)], reward=0.5) for t in range(trajs)])
+    return Group(
+        gid,
+        [
+            Trajectory(
+                f"{gid}/{t}",
+                [
+                    Context(
+                        input_ids=rng.integers(0, 150_000, tokens).tolist(),
+                        prompt_len=prompt,
+                        loss_mask=[1] * resp,
+                        behav_logp=(-rng.random(resp, dtype=np.float32)).tolist(),
+                        versions=[0] * resp,
+                    )
+                    for _ in range(contexts)
+                ],
+                reward=0.5,
+            )
+            for t in range(trajs)
+        ],
+    )
 
 
 def timed(fn: Callable[[], None]) -> float:
@@ -87,7 +103,7 @@ def evict(gids: List[str], folder: str) -> None:
 def raw_read(gids: List[str], folder: str, batch: int) -> None:
     for start in range(0, len(gids), batch):
         tables = []
-        for gid in gids[start:start + batch]:
+        for gid in gids[start : start + batch]:
             with pa.OSFile(os.path.join(folder, f"{gid}.arrow")) as source:
                 tables.append(pa.ipc.open_file(source).read_all())
         pa.concat_tables(tables)
@@ -112,27 +128,29 @@ def service_get(buf: BufferProcess, n: int, batch: int) -> Tuple[float, float]:
     return get, ack
 
 
-def measure(named: List[Tuple[str, pa.Table]], writers: int, rounds: int, batch: int,
-            fsync: bool, tmp: str) -> dict:
+def measure(named: List[Tuple[str, pa.Table]], writers: int, rounds: int, batch: int, fsync: bool, tmp: str) -> dict:
     """Seconds of each operation, service and raw alternating round by round so that
     the load of a shared machine hits both sides alike."""
     t = dict.fromkeys(("put", "get", "ack", "raw_write", "raw_read", "raw_read_disk"), 0.0)
     raw_dir = os.path.join(tmp, f"raw{writers}")
     os.makedirs(raw_dir)
-    overrides = [f"buffer.fsync={str(fsync).lower()}", "buffer.max_staleness=1000000",
-                 f"buffer.max_memory_groups={len(named)}"]
+    overrides = [
+        f"buffer.fsync={str(fsync).lower()}",
+        "buffer.max_staleness=1000000",
+        f"buffer.max_memory_groups={len(named)}",
+    ]
     size = len(named) // rounds
-    chunks = [named[i * size:(i + 1) * size] for i in range(rounds)]
+    chunks = [named[i * size : (i + 1) * size] for i in range(rounds)]
     with BufferProcess(os.path.join(tmp, f"svc{writers}"), overrides=overrides) as buf:
         for r, chunk in enumerate(tqdm(chunks, desc=f"{writers} writer(s)")):
             service_first = r % 2 == 1
             for side in ("service", "raw") if service_first else ("raw", "service"):
                 if side == "raw":
-                    t["raw_write"] += timed(lambda: in_threads(
-                        chunk, writers, lambda part: raw_write(part, raw_dir, fsync)))
+                    t["raw_write"] += timed(
+                        lambda: in_threads(chunk, writers, lambda part: raw_write(part, raw_dir, fsync))
+                    )
                 else:
-                    t["put"] += timed(lambda: in_threads(
-                        chunk, writers, lambda part: service_put(buf, part)))
+                    t["put"] += timed(lambda: in_threads(chunk, writers, lambda part: service_put(buf, part)))
             gids = [gid for gid, _ in chunk]
             for side in ("service", "raw") if service_first else ("raw", "service"):
                 if side == "raw":
@@ -150,37 +168,44 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=256, help="groups per measurement")
     parser.add_argument("--rounds", type=int, default=4, help="alternations of service and raw")
     parser.add_argument("--batch", type=int, default=8, help="groups per get")
-    parser.add_argument("--no-fsync", action="store_true",
-                        help="buffer.fsync=false and raw writes without fsync")
+    parser.add_argument("--no-fsync", action="store_true", help="buffer.fsync=false and raw writes without fsync")
     args = parser.parse_args()
     if args.groups % (args.rounds * args.batch):
         parser.error("--groups must be a multiple of --rounds x --batch")
     fsync = not args.no_fsync
     rng = np.random.default_rng(0)
-    named = [(f"g{i}", group_to_table(make_group(f"g{i}", rng)))
-             for i in tqdm(range(args.groups), desc="building groups")]
+    named = [
+        (f"g{i}", group_to_table(make_group(f"g{i}", rng))) for i in tqdm(range(args.groups), desc="building groups")
+    ]
     mb = sum(t.nbytes for _, t in named) / 1e6
     rows = []  # (operation, service seconds, raw seconds)
     with tempfile.TemporaryDirectory() as tmp:
         for writers in (1, 8):
             t = measure(named, writers, args.rounds, args.batch, fsync, tmp)
-            rows.append((f"put, {writers} writer{'s' if writers > 1 else ''} (raw: write"
-                         f"{'+fsync' if fsync else ''}, {writers} thread{'s' if writers > 1 else ''})",
-                         t["put"], t["raw_write"]))
+            rows.append(
+                (
+                    f"put, {writers} writer{'s' if writers > 1 else ''} (raw: write"
+                    f"{'+fsync' if fsync else ''}, {writers} thread{'s' if writers > 1 else ''})",
+                    t["put"],
+                    t["raw_write"],
+                )
+            )
             if writers == 1:
                 rows.append(("get, 1 reader (raw: read from page cache)", t["get"], t["raw_read"]))
                 rows.append(("get, 1 reader (raw: read from disk)", t["get"], t["raw_read_disk"]))
-                rows.append(("get + ack (raw: read from page cache)", t["get"] + t["ack"],
-                             t["raw_read"]))
-    print(f"\n{args.groups} groups of 5 x 4 x 2000 tokens, {mb / args.groups:.2f} MB each, "
-          f"get batches of {args.batch}, fsync={fsync}, {args.rounds} alternating rounds, "
-          f"{os.cpu_count()} CPUs")
-    print("| operation | service MB/s | service groups/s | raw IPC MB/s | raw IPC groups/s "
-          "| service time / raw time |")
+                rows.append(("get + ack (raw: read from page cache)", t["get"] + t["ack"], t["raw_read"]))
+    print(
+        f"\n{args.groups} groups of 5 x 4 x 2000 tokens, {mb / args.groups:.2f} MB each, "
+        f"get batches of {args.batch}, fsync={fsync}, {args.rounds} alternating rounds, "
+        f"{os.cpu_count()} CPUs"
+    )
+    print("| operation | service MB/s | service groups/s | raw IPC MB/s | raw IPC groups/s | service time / raw time |")
     print("| --- | --- | --- | --- | --- | --- |")
     for op, sec, raw in rows:
-        print(f"| {op} | {mb / sec:.0f} | {args.groups / sec:.0f} | {mb / raw:.0f} | "
-              f"{args.groups / raw:.0f} | {sec / raw:.2f}x |")
+        print(
+            f"| {op} | {mb / sec:.0f} | {args.groups / sec:.0f} | {mb / raw:.0f} | "
+            f"{args.groups / raw:.0f} | {sec / raw:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ the context when its last generation ends: for MemSearcher prompt + action + too
 response + memory, for ReAct the whole history up to this turn's action) and writes
 `context_length.png` and `context_length.json` into `--out` (default runs/benchmarks).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,14 @@ def _build(work: str):
 
     world, model, index = (os.path.join(work, d) for d in ("world", "model", "index"))
     build_world(world, seed=0, passages=2000, questions=200)
-    init_model(world, model, TinyModelConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                                             num_attention_heads=2, num_key_value_heads=1), seed=0)
+    init_model(
+        world,
+        model,
+        TinyModelConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+        ),
+        seed=0,
+    )
     build_index(os.path.join(world, "corpus.jsonl"), index, kind="bm25", show_progress=False)
     return world, model, index
 
@@ -59,8 +66,7 @@ def main() -> int:
         with start_retriever(index) as handle:
             trajs = asyncio.run(run_workflows(world, model, handle.url, args.questions, args.turns))
     rows = turn_table({name: [turn_lengths(t.info) for t in ts] for name, ts in trajs.items()})
-    print(f"\ncontext tokens per turn, mean over {args.questions} questions "
-          f"({args.turns} searches, then answer)")
+    print(f"\ncontext tokens per turn, mean over {args.questions} questions ({args.turns} searches, then answer)")
     print("| turn | MemSearcher | ReAct | ReAct / MemSearcher |\n|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['turn']} | {r['memsearcher']:.0f} | {r['react']:.0f} | {r['react/memsearcher']:.2f} |")
@@ -68,8 +74,10 @@ def main() -> int:
     mem = [r["memsearcher"] for r in search_turns]
     react = [r["react"] for r in search_turns]
     flat, growth = max(mem) / min(mem), react[-1] / react[0]
-    print(f"\nover the {args.turns} search turns: MemSearcher max/min {flat:.2f} (flat), "
-          f"ReAct turn {args.turns} / turn 1 {growth:.2f} (grows)")
+    print(
+        f"\nover the {args.turns} search turns: MemSearcher max/min {flat:.2f} (flat), "
+        f"ReAct turn {args.turns} / turn 1 {growth:.2f} (grows)"
+    )
     plot_turns(rows, args.out)
     with open(os.path.join(args.out, "context_length.json"), "w", encoding="utf-8") as f:
         json.dump({"questions": args.questions, "turns": args.turns, "rows": rows}, f, indent=2)

@@ -17,6 +17,7 @@ a ~100M-parameter Qwen2 built locally (random weights, no tokenizer needed). Med
     .venv/bin/python benchmarks/bench_generator.py [--requests 32] [--new-tokens 128] [--rounds 3]
         [--threads 1] [--skip-100m]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,17 @@ def build_tiny(root: str) -> str:
 def build_100m(root: str) -> str:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-                      num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=4096,
-                      tie_word_embeddings=True, eos_token_id=2)
+    cfg = Qwen2Config(
+        vocab_size=32000,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     path = os.path.join(root, "qwen2-100m")
     Qwen2ForCausalLM(cfg).save_pretrained(path)
@@ -80,9 +89,17 @@ def sequential_throughput(model, prompts: List[List[int]], new_tokens: int) -> f
     model.generate(torch.tensor([prompts[0]]), max_new_tokens=4, do_sample=True)  # warm-up
     tokens, t0 = 0, time.perf_counter()
     for p in tqdm(prompts, desc="sequential model.generate", leave=False):
-        out = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True,
-                             temperature=1.0, top_k=0, top_p=1.0, pad_token_id=0)
+        out = model.generate(
+            torch.tensor([p]),
+            attention_mask=torch.ones(1, len(p), dtype=torch.long),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            pad_token_id=0,
+        )
         tokens += out.shape[1] - len(p)
     return tokens / (time.perf_counter() - t0)
 
@@ -96,14 +113,16 @@ def push_times(url: str, model, tmp: str, repeats: int = 3) -> Tuple[float, floa
         async with GeneratorClient([url], timeout_s=1800) as c:
             _, group = await asyncio.gather(
                 c.init_weights_update_group("127.0.0.1", port, group_name="bench"),
-                asyncio.to_thread(WeightGroup.join, "127.0.0.1", port, 2, 0, "bench", "gloo", 600.0))
+                asyncio.to_thread(WeightGroup.join, "127.0.0.1", port, 2, 0, "bench", "gloo", 600.0),
+            )
             dist_s, disk_s = [], []
             for v in range(1, repeats + 1):
                 t0 = time.perf_counter()
                 for bucket in iter_buckets(named, BUCKET_BYTES):
                     meta = BucketMeta.of(bucket)
-                    announce = asyncio.create_task(c.update_weights_from_distributed(
-                        meta.names, meta.dtypes, meta.shapes, "bench", version=v))
+                    announce = asyncio.create_task(
+                        c.update_weights_from_distributed(meta.names, meta.dtypes, meta.shapes, "bench", version=v)
+                    )
                     await asyncio.to_thread(group.broadcast_bucket, bucket)
                     await announce
                 dist_s.append(time.perf_counter() - t0)
@@ -123,11 +142,16 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--prompt-tokens", type=int, default=48)
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="alternate server and sequential runs this often (a shared CPU's load varies)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="alternate server and sequential runs this often (a shared CPU's load varies)",
+    )
     ap.add_argument("--skip-100m", action="store_true", help="only the tiny model's push")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads on both sides (1 avoids oversubscribing a shared CPU)")
+    ap.add_argument(
+        "--threads", type=int, default=1, help="torch threads on both sides (1 avoids oversubscribing a shared CPU)"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM
@@ -140,8 +164,9 @@ def main() -> None:
         prompts = torch.randint(3, model.config.vocab_size, (args.requests, args.prompt_tokens), generator=g).tolist()
         threads = args.threads
         served, seq = [], []
-        with start_embedded_generator(tiny, max_batch_size=args.requests, torch_threads=threads,
-                                      weights_dirs=[tmp]) as h:
+        with start_embedded_generator(
+            tiny, max_batch_size=args.requests, torch_threads=threads, weights_dirs=[tmp]
+        ) as h:
             for _ in tqdm(range(args.rounds), desc="rounds (server, then sequential)"):
                 served.append(server_throughput(h.url, prompts, args.new_tokens))
                 seq.append(sequential_throughput(model, prompts, args.new_tokens))
@@ -150,25 +175,32 @@ def main() -> None:
         rows += [
             (f"embedded server, {args.requests} concurrent requests (tokens/s)", f"{statistics.median(served):,.0f}"),
             ("sequential model.generate, same prompts (tokens/s)", f"{statistics.median(seq):,.0f}"),
-            ("server / sequential, median of the rounds (target >= 4)",
-             f"{statistics.median(ratios):.1f}x (rounds: {', '.join(f'{r:.1f}' for r in ratios)})"),
+            (
+                "server / sequential, median of the rounds (target >= 4)",
+                f"{statistics.median(ratios):.1f}x (rounds: {', '.join(f'{r:.1f}' for r in ratios)})",
+            ),
             (f"distributed push, tiny model ({n_params(model) / 1e6:.1f}M params) (s)", f"{push_tiny[0]:.3f}"),
             ("disk push (save + /update_weights_from_disk), tiny model (s)", f"{push_tiny[1]:.3f}"),
         ]
         if not args.skip_100m:
             big_path = build_100m(tmp)
             big = AutoModelForCausalLM.from_pretrained(big_path, dtype=torch.float32).eval()
-            mb = sum(p.numel() * p.element_size() for p in big.parameters()) / 2 ** 20
-            with start_embedded_generator(big_path, torch_threads=threads, startup_timeout_s=600,
-                                          weights_dirs=[tmp]) as h:
+            mb = sum(p.numel() * p.element_size() for p in big.parameters()) / 2**20
+            with start_embedded_generator(
+                big_path, torch_threads=threads, startup_timeout_s=600, weights_dirs=[tmp]
+            ) as h:
                 push_big = push_times(h.url, big, tmp)
             rows += [
-                (f"distributed push, Qwen2 {n_params(big) / 1e6:.0f}M params, {mb:.0f} MiB fp32 (s)",
-                 f"{push_big[0]:.3f}"),
+                (
+                    f"distributed push, Qwen2 {n_params(big) / 1e6:.0f}M params, {mb:.0f} MiB fp32 (s)",
+                    f"{push_big[0]:.3f}",
+                ),
                 ("disk push (save + /update_weights_from_disk), same model (s)", f"{push_big[1]:.3f}"),
             ]
-    print(f"\n{args.requests} requests x {args.new_tokens} new tokens, prompts of {args.prompt_tokens} "
-          f"tokens, torch threads {threads}\n")
+    print(
+        f"\n{args.requests} requests x {args.new_tokens} new tokens, prompts of {args.prompt_tokens} "
+        f"tokens, torch threads {threads}\n"
+    )
     width = max(len(r[0]) for r in rows)
     print(f"| {'measurement'.ljust(width)} | value |")
     print(f"| {'-' * width} | ----- |")

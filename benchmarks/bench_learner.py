@@ -13,6 +13,7 @@
 
     .venv/bin/python benchmarks/bench_learner.py [--hidden 256 --layers 4 --rows 64 --repeats 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,18 @@ def build_model(out: str, hidden: int, layers: int) -> str:
     world = os.path.join(out, "world")
     build_world(world, seed=0, passages=300, questions=100)
     model = os.path.join(out, "model")
-    init_model(world, model, TinyModelConfig(hidden_size=hidden, intermediate_size=3 * hidden,
-                                             num_hidden_layers=layers, num_attention_heads=4,
-                                             num_key_value_heads=2), seed=0)
+    init_model(
+        world,
+        model,
+        TinyModelConfig(
+            hidden_size=hidden,
+            intermediate_size=3 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        ),
+        seed=0,
+    )
     return model
 
 
@@ -47,8 +57,7 @@ def mixed_rows(vocab: int, n: int, seed: int = 0):
     for _ in range(n):
         plen, rlen = rng.randint(32, 400), rng.choice([rng.randint(8, 64), rng.randint(200, 500)])
         ids = [rng.randrange(3, vocab) for _ in range(plen + rlen)]
-        rows.append(TrainRow(ids, plen, [1] * rlen, [-3.0] * rlen, [0] * rlen,
-                             [rng.choice([-1.0, 1.0])] * rlen))
+        rows.append(TrainRow(ids, plen, [1] * rlen, [-3.0] * rlen, [0] * rlen, [rng.choice([-1.0, 1.0])] * rlen))
     return rows
 
 
@@ -60,7 +69,8 @@ def bench_push(engine, url: str, run_dir: str, repeats: int):
         "distributed, 512 MiB buckets": DistributedPublisher(engine, GeneratorClient([url]), bucket_mb=512),
         "distributed, one tensor per bucket": DistributedPublisher(engine, GeneratorClient([url]), bucket_mb=1e-6),
         "disk (safetensors + /update_weights_from_disk)": DiskPublisher(
-            engine, GeneratorClient([url]), os.path.join(run_dir, "weights"), keep=1),
+            engine, GeneratorClient([url]), os.path.join(run_dir, "weights"), keep=1
+        ),
     }
     times, version = {}, 0
     for name, pub in pubs.items():
@@ -83,10 +93,10 @@ def bench_packing(engine, rows, repeats: int, budget: int, fixed_rows: int):
         return ppo_token_loss(logp, logp.detach(), b["behav_logp"], b["advantages"], m, engine.loss_cfg)
 
     plans = {
-        f"token budget ({budget} padded tokens)": [[rows[i] for i in b]
-                                                   for b in pack_by_tokens([len(r) for r in rows], budget)],
-        f"fixed {fixed_rows} rows per micro-batch": [rows[i:i + fixed_rows]
-                                                     for i in range(0, len(rows), fixed_rows)],
+        f"token budget ({budget} padded tokens)": [
+            [rows[i] for i in b] for b in pack_by_tokens([len(r) for r in rows], budget)
+        ],
+        f"fixed {fixed_rows} rows per micro-batch": [rows[i : i + fixed_rows] for i in range(0, len(rows), fixed_rows)],
     }
     real = sum(len(r) for r in rows)
     out = {}
@@ -119,8 +129,10 @@ def bench_head(engine, rows, repeats: int):
     from learner.batch import collate
 
     b = collate(rows)
-    keeps = {"head at trained positions (the learner)": b["loss_mask"] > 0,
-             "head at every position (plain forward)": b["attention_mask"][:, 1:] > 0}
+    keeps = {
+        "head at trained positions (the learner)": b["loss_mask"] > 0,
+        "head at every position (plain forward)": b["attention_mask"][:, 1:] > 0,
+    }
     out = {}
     for name, keep in keeps.items():
         best = float("inf")
@@ -157,23 +169,30 @@ def main() -> None:
             push = bench_push(engine, gen.url, tmp, args.repeats)
         rows = mixed_rows(engine.engine.module.config.vocab_size, args.rows)
         pack = bench_packing(engine, rows, args.repeats, args.budget, args.fixed_rows)
-        head = bench_head(engine, memsearcher_rows(engine.engine.module.config.vocab_size, args.head_rows),
-                          args.repeats)
+        head = bench_head(
+            engine, memsearcher_rows(engine.engine.module.config.vocab_size, args.head_rows), args.repeats
+        )
 
-    print(f"\nmodel: {n_params / 1e6:.2f} M parameters (hidden {args.hidden}, {args.layers} layers), "
-          f"fp32; best of {args.repeats}; torch threads {torch.get_num_threads()}\n")
+    print(
+        f"\nmodel: {n_params / 1e6:.2f} M parameters (hidden {args.hidden}, {args.layers} layers), "
+        f"fp32; best of {args.repeats}; torch threads {torch.get_num_threads()}\n"
+    )
     base = push["distributed, 512 MiB buckets"]
     print("| weight push (pause -> push -> continue) | seconds | ratio |\n| --- | --- | --- |")
     for name, t in push.items():
         print(f"| {name} | {t:.3f} | {t / base:.2f} |")
     base = next(iter(pack.values()))[0]
-    print(f"\n| one optimiser step, {args.rows} mixed-length contexts | micro-batches | padding | "
-          f"seconds | ratio |\n| --- | --- | --- | --- | --- |")
+    print(
+        f"\n| one optimiser step, {args.rows} mixed-length contexts | micro-batches | padding | "
+        f"seconds | ratio |\n| --- | --- | --- | --- | --- |"
+    )
     for name, (t, pad, n) in pack.items():
         print(f"| {name} | {n} | {pad:.2f} | {t:.3f} | {t / base:.2f} |")
     base = next(iter(head.values()))[0]
-    print(f"\n| forward + backward, {args.head_rows} MemSearcher-shaped contexts | head positions | seconds | "
-          f"ratio |\n| --- | --- | --- | --- |")
+    print(
+        f"\n| forward + backward, {args.head_rows} MemSearcher-shaped contexts | head positions | seconds | "
+        f"ratio |\n| --- | --- | --- | --- |"
+    )
     for name, (t, n) in head.items():
         print(f"| {name} | {n} | {t:.3f} | {t / base:.2f} |")
 

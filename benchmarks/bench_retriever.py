@@ -10,6 +10,7 @@ from two real subprocesses on 127.0.0.1: `max_batch_size=64` (micro-batched) and
 both are driven back to back over HTTP `/search` with the world's question texts; the table
 gives queries/s, p50/p99 latency and the micro-batched/one-at-a-time QPS ratio.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -114,21 +115,30 @@ def main() -> None:
     cfg.encoder.dtype = Dtype(args.dtype)
     for kind in args.kinds:
         src = corpus if kind == "bm25" else head(corpus, os.path.join(work, "dense_corpus.jsonl"), args.dense_passages)
-        index_dir = os.path.join(work, "index_bm25" if kind == "bm25" else f"index_dense{args.dense_passages}_{args.dtype}")
+        index_dir = os.path.join(
+            work, "index_bm25" if kind == "bm25" else f"index_dense{args.dense_passages}_{args.dtype}"
+        )
         if args.reuse_indexes and os.path.exists(os.path.join(index_dir, "manifest.json")):
             m = Manifest.load(index_dir)  # its build_seconds were measured when it was built
         else:
             m = build_index(src, index_dir, kind, cfg)
-        builds.append({"kind": kind, "passages": m.count, "seconds": m.build_seconds,
-                       "passages_per_s": m.count / m.build_seconds})
+        builds.append(
+            {"kind": kind, "passages": m.count, "seconds": m.build_seconds, "passages_per_s": m.count / m.build_seconds}
+        )
 
         modes = {"micro-batched": args.max_batch_size, "one-at-a-time": 1}
         servers = {}
         try:
             for mode, batch in modes.items():
-                servers[mode] = start_retriever(index_dir, overrides=[
-                    f"retriever.max_batch_size={batch}", f"retriever.batch_window_ms={args.window_ms}",
-                    f"retriever.threads={args.threads}", f"retriever.encoder.dtype={args.dtype}"])
+                servers[mode] = start_retriever(
+                    index_dir,
+                    overrides=[
+                        f"retriever.max_batch_size={batch}",
+                        f"retriever.batch_window_ms={args.window_ms}",
+                        f"retriever.threads={args.threads}",
+                        f"retriever.encoder.dtype={args.dtype}",
+                    ],
+                )
             for c in args.concurrency:  # the two modes back to back per level: same machine load
                 for mode, server in servers.items():
                     cell = asyncio.run(drive(server.url, queries, args.requests, c))
@@ -143,21 +153,30 @@ def main() -> None:
     print("| index | passages | seconds | passages/s |\n| --- | ---: | ---: | ---: |")
     for b in builds:
         print(f"| {b['kind']} | {b['passages']} | {b['seconds']:.1f} | {b['passages_per_s']:.0f} |")
-    print(f"\nServing /search top_n=5 over HTTP, {args.requests} requests per cell "
-          f"(max_batch_size {args.max_batch_size}, window {args.window_ms} ms)\n")
+    print(
+        f"\nServing /search top_n=5 over HTTP, {args.requests} requests per cell "
+        f"(max_batch_size {args.max_batch_size}, window {args.window_ms} ms)\n"
+    )
     print("| index | docs | concurrency | mode | QPS | p50 ms | p99 ms | batched/one QPS |")
     print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
     for row in serving:
-        base = next(r for r in serving if r["kind"] == row["kind"] and r["concurrency"] == row["concurrency"]
-                    and r["mode"] == "one-at-a-time")
+        base = next(
+            r
+            for r in serving
+            if r["kind"] == row["kind"] and r["concurrency"] == row["concurrency"] and r["mode"] == "one-at-a-time"
+        )
         ratio = f"{row['qps'] / base['qps']:.2f}x" if row["mode"] == "micro-batched" else ""
-        print(f"| {row['kind']} | {row['docs']} | {row['concurrency']} | {row['mode']} | {row['qps']:.1f} | "
-              f"{row['p50_ms']:.1f} | {row['p99_ms']:.1f} | {ratio} |")
+        print(
+            f"| {row['kind']} | {row['docs']} | {row['concurrency']} | {row['mode']} | {row['qps']:.1f} | "
+            f"{row['p50_ms']:.1f} | {row['p99_ms']:.1f} | {ratio} |"
+        )
     print(f"\nIn-process search cost (no HTTP), ms per query: alone vs in one batch of {len(queries[:64])}\n")
     print("| index | docs | alone ms/query | batched ms/query | ratio |\n| --- | ---: | ---: | ---: | ---: |")
     for c in compute:
-        print(f"| {c['kind']} | {c['docs']} | {c['alone_ms']:.2f} | {c['batched_ms']:.2f} | "
-              f"{c['alone_ms'] / c['batched_ms']:.2f}x |")
+        print(
+            f"| {c['kind']} | {c['docs']} | {c['alone_ms']:.2f} | {c['batched_ms']:.2f} | "
+            f"{c['alone_ms'] / c['batched_ms']:.2f}x |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"builds": builds, "serving": serving, "compute": compute, "args": vars(args)}, f, indent=1)

@@ -6,6 +6,7 @@ just ``r_j - mean`` when std normalisation is off. The trajectory's A is put on
 every model-generated token of every one of its contexts: no discount and no
 per-turn credit, because a memory rewrite earns only the final answer's reward.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """One asyncio loop on a background thread, so the synchronous training loop can drive the
 async generator client and overlap an HTTP call with a collective (the weight broadcast)."""
+
 from __future__ import annotations
 
 import asyncio

@@ -4,6 +4,7 @@ Tensors are aligned to label positions: position j of a row predicts
 ``input_ids[j + 1]``, so response token i of a context sits at
 ``prompt_len - 1 + i``. Prompt positions and padding carry mask 0.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,16 +30,23 @@ class TrainRow:
         if self.prompt_len < 1:
             raise ValueError("prompt_len must be at least 1: the first response token needs a prefix")
         n = len(self.input_ids) - self.prompt_len
-        if not (len(self.loss_mask) == len(self.behav_logp) == len(self.versions)
-                == len(self.advantages) == n):
-            raise ValueError(f"training row with {n} response tokens has per-token lists of lengths "
-                             f"{len(self.loss_mask)}, {len(self.behav_logp)}, {len(self.versions)}, "
-                             f"{len(self.advantages)}")
+        if not (len(self.loss_mask) == len(self.behav_logp) == len(self.versions) == len(self.advantages) == n):
+            raise ValueError(
+                f"training row with {n} response tokens has per-token lists of lengths "
+                f"{len(self.loss_mask)}, {len(self.behav_logp)}, {len(self.versions)}, "
+                f"{len(self.advantages)}"
+            )
 
     @classmethod
-    def from_context(cls, ctx: Context, advantage: float) -> "TrainRow":
-        return cls(list(ctx.input_ids), ctx.prompt_len, list(ctx.loss_mask), list(ctx.behav_logp),
-                   list(ctx.versions), token_advantages(ctx, advantage))
+    def from_context(cls, ctx: Context, advantage: float) -> TrainRow:
+        return cls(
+            list(ctx.input_ids),
+            ctx.prompt_len,
+            list(ctx.loss_mask),
+            list(ctx.behav_logp),
+            list(ctx.versions),
+            token_advantages(ctx, advantage),
+        )
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -48,8 +56,7 @@ class TrainRow:
         return sum(1 for m in self.loss_mask if m)
 
 
-def rows_from_groups(groups: Iterable[Group], norm_std: bool = True,
-                     skip_uniform: bool = False) -> List[TrainRow]:
+def rows_from_groups(groups: Iterable[Group], norm_std: bool = True, skip_uniform: bool = False) -> List[TrainRow]:
     """Every context of every trajectory, with its trajectory's group-normalised advantage.
 
     skip_uniform: leave out groups whose rewards are all equal. Their advantages are 0, so they
@@ -93,9 +100,16 @@ def collate(rows: Sequence[TrainRow], pad_id: int = 0) -> Dict[str, torch.Tensor
         adv[b, s:e] = torch.tensor(r.advantages, dtype=torch.float)
         ver[b, s:e] = torch.tensor(r.versions, dtype=torch.long)
         resp[b, s:e] = True
-    return {"input_ids": ids, "attention_mask": attn, "labels": ids[:, 1:], "loss_mask": mask,
-            "response_mask": resp, "behav_logp": behav * mask, "advantages": adv * mask,
-            "versions": ver}
+    return {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "labels": ids[:, 1:],
+        "loss_mask": mask,
+        "response_mask": resp,
+        "behav_logp": behav * mask,
+        "advantages": adv * mask,
+        "versions": ver,
+    }
 
 
 def broadcast_rows(rows: Sequence[TrainRow] | None, src: int = 0) -> List[TrainRow]:
@@ -135,6 +149,6 @@ def broadcast_rows(rows: Sequence[TrainRow] | None, src: int = 0) -> List[TrainR
     bl, ad = floats[0].tolist(), floats[1].tolist()
     for length, plen in shape.tolist():
         m = length - plen
-        out.append(TrainRow(ids[a:a + length], plen, lm[b:b + m], bl[b:b + m], vs[b:b + m], ad[b:b + m]))
+        out.append(TrainRow(ids[a : a + length], plen, lm[b : b + m], bl[b : b + m], vs[b : b + m], ad[b : b + m]))
         a, b = a + length, b + m
     return out

@@ -4,6 +4,7 @@
 scheduler states per rank) and `latest` names the newest; the loop's position
 travels in the checkpoint's client state and is mirrored to `state.json` for people.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ class CheckpointManager:
         if engine.rank == 0:
             with open(os.path.join(self.dir, "state.json"), "w", encoding="utf-8") as f:
                 json.dump(dict(asdict(state), tag=tag), f, indent=1)
-            for old in list_checkpoint_tags(self.dir)[:-self.keep]:
+            for old in list_checkpoint_tags(self.dir)[: -self.keep]:
                 shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
         return tag
 

@@ -1,4 +1,5 @@
 """`areal-mem learner`: the RL learner on 1..N ranks (run it under `deepspeed` or `torchrun`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,8 +12,9 @@ HELP = "train the policy with multi-context GRPO / decoupled PPO from the replay
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--steps", type=int, default=None, help="override learner.steps")
-    parser.add_argument("--local_rank", "--local-rank", type=int, default=None,
-                        help=argparse.SUPPRESS)  # passed by the deepspeed launcher; LOCAL_RANK wins
+    parser.add_argument(
+        "--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS
+    )  # passed by the deepspeed launcher; LOCAL_RANK wins
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,11 +23,12 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     if not cfg.buffer.url:
-        raise ConfigError("buffer.url is empty: the learner needs a running buffer "
-                          "(start one with `areal-mem buffer serve` or the launcher)")
+        raise ConfigError(
+            "buffer.url is empty: the learner needs a running buffer "
+            "(start one with `areal-mem buffer serve` or the launcher)"
+        )
     if cfg.learner.publisher != PublisherKind.none and not cfg.generator.urls:
-        raise ConfigError("generator.urls is empty: set the generators to push weights to, "
-                          "or learner.publisher=none")
+        raise ConfigError("generator.urls is empty: set the generators to push weights to, or learner.publisher=none")
 
     from areal_mem.buffer.client import BufferClient
     from rollout.generator.client import client_from_config

@@ -1,4 +1,5 @@
 """The learner's process group: gloo on CPU, NCCL on GPU, and small collectives on it."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,13 @@ def init_distributed() -> None:
     else:  # not launched: a group of one; only LOCAL_RANK (which DeepSpeed reads) is set, so
         # child processes do not try to join this group
         os.environ.setdefault("LOCAL_RANK", "0")
-        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, rank=0, world_size=1,
-                                   init_method=f"tcp://127.0.0.1:{free_port()}")
+        deepspeed.init_distributed(
+            dist_backend=backend,
+            auto_mpi_discovery=False,
+            rank=0,
+            world_size=1,
+            init_method=f"tcp://127.0.0.1:{free_port()}",
+        )
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
 

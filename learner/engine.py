@@ -8,6 +8,7 @@ mini-batch on all ranks. DeepSpeed averages gradients over ranks, so the loss is
 multiplied back by the world size: the result is the token-mean over every
 context of the mini-batch, whatever the ranks or the packing.
 """
+
 from __future__ import annotations
 
 import glob
@@ -26,8 +27,15 @@ from .batch import TrainRow, collate
 from .loss import PPOLossConfig, loglinear_prox_logp, ppo_token_loss, token_logp_entropy
 from .packing import pack_by_tokens, split_balanced, split_contiguous
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "vocab.json", "merges.txt", "chat_template.jinja", "generation_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "generation_config.json",
+)
 
 
 def deepspeed_config(cfg: LearnerConfig) -> dict:
@@ -35,19 +43,24 @@ def deepspeed_config(cfg: LearnerConfig) -> dict:
     return {
         "train_micro_batch_size_per_gpu": 1,  # rows per micro-batch vary; only the boundary matters
         "gradient_accumulation_steps": 1,
-        "optimizer": {"type": "AdamW", "params": {
-            "lr": cfg.lr, "weight_decay": cfg.weight_decay, "betas": [cfg.adam_beta1, cfg.adam_beta2],
-            "torch_adam": True}},
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                "lr": cfg.lr,
+                "weight_decay": cfg.weight_decay,
+                "betas": [cfg.adam_beta1, cfg.adam_beta2],
+                "torch_adam": True,
+            },
+        },
         "gradient_clipping": cfg.grad_clip,
         "zero_optimization": {"stage": cfg.zero_stage},
         "bf16": {"enabled": cfg.dtype == Dtype.bfloat16},
-        "steps_per_print": 10 ** 9,
+        "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
 
 
-def forward_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-               keep: torch.Tensor) -> torch.Tensor:
+def forward_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """The learner's forward of a causal LM: the backbone on every position, the output head
     only at label positions `keep` ([B, L-1] bool) -> logits [n_keep, vocab].
 
@@ -69,8 +82,10 @@ def _load_causal_lm(path: str):
     return model
 
 
-MicroLoss = Callable[[Dict[str, torch.Tensor], torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]],
-                     Tuple[torch.Tensor, Dict[str, torch.Tensor]]]
+MicroLoss = Callable[
+    [Dict[str, torch.Tensor], torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]],
+    Tuple[torch.Tensor, Dict[str, torch.Tensor]],
+]
 
 
 class LearnerEngine:
@@ -91,19 +106,23 @@ class LearnerEngine:
             self.ref = _load_causal_lm(model_path).to(D.device())
             self.ref.eval().requires_grad_(False)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
-            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=deepspeed_config(cfg))
+            model=model,
+            model_parameters=[p for p in model.parameters() if p.requires_grad],
+            config=deepspeed_config(cfg),
+        )
         self.loss_cfg = PPOLossConfig.from_learner(cfg)
         self.global_step = 0
 
     # ---- forward passes ----
-    def _forward(self, batch: Dict[str, torch.Tensor], module=None,
-                 keep: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _forward(
+        self, batch: Dict[str, torch.Tensor], module=None, keep: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Label-aligned log-probs and entropies [B, L-1] at `keep` (default: the loss mask), 0 elsewhere."""
         dev = D.device()
         keep = (batch["loss_mask"] > 0 if keep is None else keep).to(dev)
-        logits = (module or self.engine)(input_ids=batch["input_ids"].to(dev),
-                                         attention_mask=batch["attention_mask"].to(dev), keep=keep)
+        logits = (module or self.engine)(
+            input_ids=batch["input_ids"].to(dev), attention_mask=batch["attention_mask"].to(dev), keep=keep
+        )
         logp, ent = token_logp_entropy(logits, batch["labels"].to(dev)[keep], self.cfg.temperature)
         zeros = torch.zeros(keep.shape, dtype=logp.dtype, device=dev)
         return zeros.masked_scatter(keep, logp), zeros.masked_scatter(keep, ent)
@@ -117,7 +136,7 @@ class LearnerEngine:
             logp, _ = self._forward(b, keep=b["response_mask"])
             for j, i in enumerate(idx):
                 s = rows[i].prompt_len - 1
-                out.append((i, logp[j, s:s + len(rows[i].loss_mask)].cpu().tolist()))
+                out.append((i, logp[j, s : s + len(rows[i].loss_mask)].cpu().tolist()))
         return [lp for _, lp in sorted(out)]
 
     # ---- one optimiser step ----
@@ -127,14 +146,14 @@ class LearnerEngine:
         for mb in split_contiguous(len(rows), max(1, mini_batches)):
             mb_rows = [rows[i] for i in mb]
             mine = [mb_rows[i] for i in split_balanced([len(r) for r in mb_rows], self.world)[self.rank]]
-            micro = [[mine[i] for i in b] for b in pack_by_tokens([len(r) for r in mine],
-                                                                   self.cfg.micro_batch_tokens)]
+            micro = [[mine[i] for i in b] for b in pack_by_tokens([len(r) for r in mine], self.cfg.micro_batch_tokens)]
             n = D.all_reduce_max(len(micro))
             plan.append(micro + [[] for _ in range(n - len(micro))])
         return plan
 
-    def _optimizer_step(self, micro: List[List[TrainRow]], loss_fn: MicroLoss,
-                        extra: List[Dict[str, torch.Tensor]]) -> Dict[str, float]:
+    def _optimizer_step(
+        self, micro: List[List[TrainRow]], loss_fn: MicroLoss, extra: List[Dict[str, torch.Tensor]]
+    ) -> Dict[str, float]:
         """Forward/backward every micro-batch, then one DeepSpeed step; metrics summed over ranks."""
         n_local = sum(r.num_loss_tokens for mb in micro for r in mb)
         n_global = D.all_reduce_sums({"n": n_local})["n"]
@@ -201,8 +220,16 @@ class LearnerEngine:
                     prox = e["prox_logp"] if "prox_logp" in e else logp.detach()
                 else:
                     prox = loglinear_prox_logp(behav, logp, b["versions"].to(logp.device), version, now)
-                return ppo_token_loss(logp, prox, behav, b["advantages"].to(logp.device), mask,
-                                      self.loss_cfg, entropy=ent, ref_logp=e.get("ref_logp"))
+                return ppo_token_loss(
+                    logp,
+                    prox,
+                    behav,
+                    b["advantages"].to(logp.device),
+                    mask,
+                    self.loss_cfg,
+                    entropy=ent,
+                    ref_logp=e.get("ref_logp"),
+                )
 
             m = self._optimizer_step(micro, loss_fn, ext)
             for key, v in m.items():
@@ -250,8 +277,7 @@ class LearnerEngine:
     # ---- checkpoints ----
     def save_checkpoint(self, ckpt_dir: str, client_state: dict) -> str:
         tag = f"step{self.global_step}"
-        self.engine.save_checkpoint(ckpt_dir, tag=tag, client_state=dict(client_state,
-                                                                       global_step=self.global_step))
+        self.engine.save_checkpoint(ckpt_dir, tag=tag, client_state=dict(client_state, global_step=self.global_step))
         return tag
 
     def load_checkpoint(self, ckpt_dir: str) -> Optional[dict]:
@@ -266,5 +292,4 @@ class LearnerEngine:
 
 
 def list_checkpoint_tags(ckpt_dir: str) -> List[str]:
-    return sorted((os.path.basename(p) for p in glob.glob(os.path.join(ckpt_dir, "step*"))),
-                  key=lambda t: int(t[4:]))
+    return sorted((os.path.basename(p) for p in glob.glob(os.path.join(ckpt_dir, "step*"))), key=lambda t: int(t[4:]))

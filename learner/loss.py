@@ -8,6 +8,7 @@ depend on how stale the sample is; the staleness is corrected by the behaviour
 weight ``exp(prox - behav)``, capped. Every function returns per-token values;
 the caller divides the masked sum by the token count of the global mini-batch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ class PPOLossConfig:
     kl_clamp: float = 10.0
 
     @classmethod
-    def from_learner(cls, cfg) -> "PPOLossConfig":
+    def from_learner(cls, cfg) -> PPOLossConfig:
         return cls(**{k: getattr(cfg, k) for k in cls.__dataclass_fields__})
 
 
@@ -103,8 +104,9 @@ def ppo_token_loss(
         pg = torch.where(dual, pg3, pg)
         dual_hit = dual.float()
     if cfg.decoupled:
-        w = behaviour_weights(prox_logp, behav_logp, mask, cfg.behav_weight_cap,
-                              cfg.behav_weight_cap_mode, cfg.behav_weight_cap_level)
+        w = behaviour_weights(
+            prox_logp, behav_logp, mask, cfg.behav_weight_cap, cfg.behav_weight_cap_mode, cfg.behav_weight_cap_level
+        )
     else:
         w = mask
     loss = pg * w
@@ -115,7 +117,8 @@ def ppo_token_loss(
         "ratio": ratio * mask,
         "behav_weight": w * mask,
         "behav_weight_capped": ((w == 0) | (w >= cfg.behav_weight_cap)).float() * mask
-        if cfg.decoupled and cfg.behav_weight_cap > 0 else torch.zeros_like(mask),
+        if cfg.decoupled and cfg.behav_weight_cap > 0
+        else torch.zeros_like(mask),
         "approx_kl_behav": (prox_logp - behav_logp) * mask,
     }
     if entropy is not None:

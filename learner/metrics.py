@@ -1,5 +1,6 @@
 """Training metrics to TensorBoard and the console (rank 0 only), and the rollout-side numbers
 computed from a batch of groups (reward, EM/F1, turns, tokens, staleness, advantages)."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,24 @@ from areal_mem.trajectory import Group
 
 from .advantages import group_advantages
 
-CONSOLE_KEYS = ("reward", "em", "f1", "format_rate", "loss", "pg_loss", "entropy", "clip_frac", "behav_weight", "kl_ref",
-                "grad_norm", "staleness_mean", "dropped_stale", "wait_s", "step_s", "push_s")
+CONSOLE_KEYS = (
+    "reward",
+    "em",
+    "f1",
+    "format_rate",
+    "loss",
+    "pg_loss",
+    "entropy",
+    "clip_frac",
+    "behav_weight",
+    "kl_ref",
+    "grad_norm",
+    "staleness_mean",
+    "dropped_stale",
+    "wait_s",
+    "step_s",
+    "push_s",
+)
 
 
 def batch_stats(groups: Sequence[Group], version: int, norm_std: bool = True) -> Dict[str, float]:
@@ -51,8 +68,14 @@ def batch_stats(groups: Sequence[Group], version: int, norm_std: bool = True) ->
 
 def staleness(groups: Sequence[Group], version: int) -> List[int]:
     """Per model-generated token: how many versions behind the current policy it was sampled."""
-    return [version - v for g in groups for t in g.trajectories for c in t.contexts
-            for v, m in zip(c.versions, c.loss_mask) if m and v >= 0]
+    return [
+        version - v
+        for g in groups
+        for t in g.trajectories
+        for c in t.contexts
+        for v, m in zip(c.versions, c.loss_mask)
+        if m and v >= 0
+    ]
 
 
 def _mean(xs) -> float:
@@ -83,8 +106,9 @@ class MetricsLogger:
             # One JSON line per step: the launcher's progress bar and scripts read it.
             self.jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8")
 
-    def log(self, step: int, metrics: Dict[str, float], histograms: Optional[Dict[str, list]] = None,
-            prefix: str = "train") -> None:
+    def log(
+        self, step: int, metrics: Dict[str, float], histograms: Optional[Dict[str, list]] = None, prefix: str = "train"
+    ) -> None:
         if not self.enabled:
             return
         for k, v in metrics.items():

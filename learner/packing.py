@@ -6,6 +6,7 @@ All ranks must run the same number of forward/backward passes per optimiser step
 (ZeRO reduces gradients inside backward), so the count is agreed first and the
 rows are then spread over exactly that many micro-batches.
 """
+
 from __future__ import annotations
 
 import heapq

@@ -3,6 +3,7 @@
 Rows are shuffled per epoch with the run seed, so a resumed run continues at the
 same place in the same order (the checkpoint stores epoch and rows consumed).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,7 +42,7 @@ def run_sft(cfg, rows: List[TrainRow], engine: Optional[LearnerEngine] = None) -
     while state.epoch < scfg.epochs:
         order = epoch_order(len(rows), cfg.seed, state.epoch)
         while state.groups_consumed < len(rows):
-            idx = order[state.groups_consumed:state.groups_consumed + scfg.batch_rows]
+            idx = order[state.groups_consumed : state.groups_consumed + scfg.batch_rows]
             m = engine.sft_step([rows[i] for i in idx])
             state.groups_consumed += len(idx)
             state.step += 1

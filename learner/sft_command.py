@@ -1,4 +1,5 @@
 """`areal-mem sft`: supervised warm start of the policy on context rows (jsonl or Arrow)."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,8 +11,13 @@ HELP = "supervised fine-tuning on context rows (loss on masked-in tokens); warm-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--data", action="append", default=[], metavar="FILE",
-                        help="context rows (.jsonl/.arrow/.parquet); adds to learner.sft.data")
+    parser.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="context rows (.jsonl/.arrow/.parquet); adds to learner.sft.data",
+    )
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
 
 

@@ -4,6 +4,7 @@ A row needs `input_ids`, `prompt_len` and `loss_mask` (per response token; the
 loss covers the 1s); other keys or columns are ignored, so rollout dumps and the
 oracle's demonstrations load alike. A bad row is reported with its file and line.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,7 @@ def _row(d: dict, where: str) -> TrainRow:
     if not isinstance(plen, int) or not 1 <= plen <= len(ids):
         raise SFTDataError(f"{where}: prompt_len {plen!r} must be an integer in 1..{len(ids)}")
     if not (isinstance(mask, list) and len(mask) == len(ids) - plen and all(m in (0, 1) for m in mask)):
-        raise SFTDataError(f"{where}: loss_mask must be {len(ids) - plen} values of 0/1 "
-                           f"(one per response token)")
+        raise SFTDataError(f"{where}: loss_mask must be {len(ids) - plen} values of 0/1 (one per response token)")
     n = len(mask)
     return TrainRow(ids, plen, mask, [0.0] * n, [-1] * n, [0.0] * n)
 

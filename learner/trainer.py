@@ -6,6 +6,7 @@ push -> continue) and the buffer learns the new version, which lets rollouts
 that the staleness bound held back start again. `resume: auto` restarts from
 the newest checkpoint and pushes its weights before any rollout resumes.
 """
+
 from __future__ import annotations
 
 import os
@@ -82,8 +83,9 @@ class Trainer:
     def step(self) -> Dict[str, float]:
         t0 = time.monotonic()
         groups, batch_id, dropped, wait_s = self._next_batch()
-        rows = broadcast_rows(rows_from_groups(groups, self.lcfg.adv_norm_std, self.lcfg.skip_zero_adv_groups)
-                              if self.leader else None)
+        rows = broadcast_rows(
+            rows_from_groups(groups, self.lcfg.adv_norm_std, self.lcfg.skip_zero_adv_groups) if self.leader else None
+        )
         hist = {"token_staleness": staleness(groups, self.state.version)} if self.leader else {}
         m = self.engine.train_step(rows, self.state.version)
         if self.leader:

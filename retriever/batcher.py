@@ -5,6 +5,7 @@ The first query of a batch waits at most `window_s` for company, a batch holds a
 accepting requests meanwhile: queries that arrive during a search form the next batch.
 `max_batch=1` is the one-query-at-a-time baseline (a global lock around every search).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -60,7 +61,7 @@ class MicroBatcher:
                 break
             try:
                 batch.append(await asyncio.wait_for(self._queue.get(), left))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
         return batch
 

@@ -3,6 +3,7 @@
 The manifest is removed first and written only when everything else is on disk, so a folder
 whose build was interrupted is never loaded as an index.
 """
+
 from __future__ import annotations
 
 import os

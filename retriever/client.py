@@ -4,6 +4,7 @@ Several URLs are replicas: requests go round-robin, and a retry moves on to the 
 Connection errors, timeouts and 5xx answers are retried with exponential backoff; a 4xx is the
 caller's mistake and raises `RetrieverError` at once with the server's message.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -52,15 +53,21 @@ class RetrieverClient:
         self._session: Optional[aiohttp.ClientSession] = None
 
     @classmethod
-    def from_config(cls, cfg, urls: Optional[Sequence[str]] = None) -> "RetrieverClient":
+    def from_config(cls, cfg, urls: Optional[Sequence[str]] = None) -> RetrieverClient:
         """From a `RetrieverConfig` (its `urls` unless `urls` is given)."""
-        return cls(list(urls or cfg.urls), token=cfg.token, timeout_s=cfg.timeout_s,
-                   max_retries=cfg.max_retries, rate_limit_per_s=cfg.rate_limit_per_s)
+        return cls(
+            list(urls or cfg.urls),
+            token=cfg.token,
+            timeout_s=cfg.timeout_s,
+            max_retries=cfg.max_retries,
+            rate_limit_per_s=cfg.rate_limit_per_s,
+        )
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                timeout=self._timeout, headers=self._headers,
+                timeout=self._timeout,
+                headers=self._headers,
                 connector=aiohttp.TCPConnector(limit=self.max_connections),
             )
         return self._session
@@ -80,11 +87,13 @@ class RetrieverClient:
                     if resp.status < 500:
                         raise RetrieverError(f"{url}: HTTP {resp.status}: {text}", resp.status)
                     last = RetrieverError(f"{url}: HTTP {resp.status}: {text}", resp.status)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            except (TimeoutError, aiohttp.ClientError) as e:
                 last = RetrieverError(f"{url}: {type(e).__name__}: {e}")
             if attempt < self.max_retries:
-                await asyncio.sleep(self.backoff_s * (2 ** attempt))
-        raise RetrieverError(f"gave up after {self.max_retries + 1} attempts; last: {last}", getattr(last, "status", None))
+                await asyncio.sleep(self.backoff_s * (2**attempt))
+        raise RetrieverError(
+            f"gave up after {self.max_retries + 1} attempts; last: {last}", getattr(last, "status", None)
+        )
 
     async def search(self, query: str, top_n: int) -> List[dict]:
         """Top `top_n` documents `{"id", "contents"}` for one query (MemSearcher's /search)."""
@@ -99,7 +108,7 @@ class RetrieverClient:
             await self._session.close()
             self._session = None
 
-    async def __aenter__(self) -> "RetrieverClient":
+    async def __aenter__(self) -> RetrieverClient:
         return self
 
     async def __aexit__(self, *exc) -> None:

@@ -3,6 +3,7 @@
 Both take the run config (`--config FILE ... retriever.key=value`); the flags below are
 shorthands that win over the config.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,32 +22,51 @@ TOKEN_ENV = "AREAL_MEM_RETRIEVER_TOKEN"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="<action>", required=True)
 
-    b = sub.add_parser("build", help="index a wiki-18 style corpus (jsonl or jsonl.gz)",
-                       description="Encode/tokenise the corpus in chunks (bounded memory, progress bar) "
-                                   "and write the index, docs.arrow and manifest.json into --out.")
+    b = sub.add_parser(
+        "build",
+        help="index a wiki-18 style corpus (jsonl or jsonl.gz)",
+        description="Encode/tokenise the corpus in chunks (bounded memory, progress bar) "
+        "and write the index, docs.arrow and manifest.json into --out.",
+    )
     b.add_argument("--corpus", required=True, metavar="FILE", help='jsonl(.gz) lines {"id", "contents"}')
     b.add_argument("--out", required=True, metavar="DIR", help="index folder to write")
     b.add_argument("--kind", choices=["dense", "bm25"], help="index kind (config: retriever.kind)")
-    b.add_argument("--encoder", metavar="PATH", help="dense encoder folder (config: retriever.encoder.path; "
-                                                     "default: the packaged MiniLM)")
+    b.add_argument(
+        "--encoder",
+        metavar="PATH",
+        help="dense encoder folder (config: retriever.encoder.path; default: the packaged MiniLM)",
+    )
     b.add_argument("--faiss", choices=["flat", "hnsw", "ivfpq"], help="faiss index type (config: retriever.faiss.type)")
     b.add_argument("--chunk-size", type=int, help="passages per chunk (config: retriever.chunk_size)")
-    b.add_argument("--split-title", action="store_true", default=None,
-                   help='index only the text after the "Title" line (config: retriever.split_title)')
+    b.add_argument(
+        "--split-title",
+        action="store_true",
+        default=None,
+        help='index only the text after the "Title" line (config: retriever.split_title)',
+    )
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_arguments(b)
 
-    s = sub.add_parser("serve", help="serve an index: /search, /batch_search, /retrieve, /health",
-                       description="Serve MemSearcher's (/search, /batch_search) and Search-R1's (/retrieve) "
-                                   f"APIs. A non-loopback --host needs retriever.token (or ${TOKEN_ENV}).")
+    s = sub.add_parser(
+        "serve",
+        help="serve an index: /search, /batch_search, /retrieve, /health",
+        description="Serve MemSearcher's (/search, /batch_search) and Search-R1's (/retrieve) "
+        f"APIs. A non-loopback --host needs retriever.token (or ${TOKEN_ENV}).",
+    )
     s.add_argument("--index", metavar="DIR", help="index folder (config: retriever.index_dir)")
     s.add_argument("--host", help="bind address (config: retriever.host, default 127.0.0.1)")
     s.add_argument("--port", type=int, help="port; 0 picks a free one (config: retriever.port)")
     s.add_argument("--corpus", metavar="FILE", help="refuse to start unless the index was built from this corpus")
-    s.add_argument("--encoder", metavar="PATH", help="query encoder; refused unless it matches the index's "
-                                                     "(default: the one the manifest names)")
-    s.add_argument("--max-batch-size", type=int, help="queries per micro-batch; 1 = one at a time "
-                                                      "(config: retriever.max_batch_size)")
+    s.add_argument(
+        "--encoder",
+        metavar="PATH",
+        help="query encoder; refused unless it matches the index's (default: the one the manifest names)",
+    )
+    s.add_argument(
+        "--max-batch-size",
+        type=int,
+        help="queries per micro-batch; 1 = one at a time (config: retriever.max_batch_size)",
+    )
     s.add_argument("--batch-window-ms", type=float, help="micro-batch wait (config: retriever.batch_window_ms)")
     s.add_argument("--ready-file", metavar="FILE", help="write the service URL here once it listens")
     add_config_arguments(s)
@@ -98,8 +118,7 @@ def _build(args: argparse.Namespace) -> int:
     set_threads(rc.threads)
     m = build_index(args.corpus, args.out, rc.kind, rc, show_progress=not args.quiet)
     rate = m.count / m.build_seconds if m.build_seconds else float("nan")
-    print(f"built {m.kind} index of {m.count} passages in {m.build_seconds:.1f}s "
-          f"({rate:.0f} passages/s) -> {args.out}")
+    print(f"built {m.kind} index of {m.count} passages in {m.build_seconds:.1f}s ({rate:.0f} passages/s) -> {args.out}")
     return 0
 
 
@@ -111,8 +130,12 @@ def _serve(args: argparse.Namespace) -> int:
     from .server import serve
 
     rc = _retriever_config(args)
-    for flag, key in (("host", "host"), ("port", "port"), ("max_batch_size", "max_batch_size"),
-                      ("batch_window_ms", "batch_window_ms")):
+    for flag, key in (
+        ("host", "host"),
+        ("port", "port"),
+        ("max_batch_size", "max_batch_size"),
+        ("batch_window_ms", "batch_window_ms"),
+    ):
         if getattr(args, flag) is not None:
             setattr(rc, key, getattr(args, flag))
     rc.token = rc.token or os.environ.get(TOKEN_ENV, "")
@@ -122,7 +145,13 @@ def _serve(args: argparse.Namespace) -> int:
     if args.encoder or rc.encoder.path:
         rc.encoder.path = args.encoder or rc.encoder.path
         explicit_encoder = rc.encoder
-    index = load_index(args.index or rc.index_dir, encoder=explicit_encoder, corpus_path=args.corpus,
-                       faiss=rc.faiss, device=rc.encoder.device, dtype=rc.encoder.dtype)
+    index = load_index(
+        args.index or rc.index_dir,
+        encoder=explicit_encoder,
+        corpus_path=args.corpus,
+        faiss=rc.faiss,
+        device=rc.encoder.device,
+        dtype=rc.encoder.dtype,
+    )
     serve(index, rc, ready_file=args.ready_file)
     return 0

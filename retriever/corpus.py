@@ -3,6 +3,7 @@
 The reader hashes the decompressed bytes as it goes, so a build gets the corpus checksum for
 its manifest without a second pass, and a plain and a gzip copy of one corpus match.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -109,4 +110,3 @@ def corpus_checksum(path: str) -> Tuple[str, int]:
 def index_text(p: Passage, split: bool) -> str:
     """What gets indexed for one passage: the whole contents, or only the text after the title."""
     return p.text if split else p.contents
-

@@ -1,4 +1,5 @@
 """faiss inner-product indexes (Flat, HNSW, IVF-PQ) built chunk by chunk and searched in batches."""
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,10 @@ def _to_gpu(index, cfg: FaissConfig):
         return index
     faiss = _faiss()
     if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
-        raise RuntimeError("retriever.faiss.gpu is set, but faiss-gpu is not installed or sees no GPU; "
-                           "install the `gpu` extra or set retriever.faiss.gpu=false")
+        raise RuntimeError(
+            "retriever.faiss.gpu is set, but faiss-gpu is not installed or sees no GPU; "
+            "install the `gpu` extra or set retriever.faiss.gpu=false"
+        )
     if FaissIndexType(cfg.type) == FaissIndexType.hnsw:
         raise RuntimeError("retriever.faiss.gpu: faiss has no GPU HNSW; use type flat or ivfpq on GPU")
     return faiss.index_cpu_to_all_gpus(index)

@@ -3,6 +3,7 @@
 Search results are row numbers; the store turns them into `{"id", "contents"}` without holding
 the corpus in Python objects (wiki-18 is 21M passages).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -24,8 +25,10 @@ class DocWriter:
 
     def write(self, passages: Sequence[Passage]) -> None:
         batch = pa.record_batch(
-            [pa.array([p.id for p in passages], pa.string()),
-             pa.array([p.contents for p in passages], pa.large_string())],
+            [
+                pa.array([p.id for p in passages], pa.string()),
+                pa.array([p.contents for p in passages], pa.large_string()),
+            ],
             schema=SCHEMA,
         )
         self._writer.write_batch(batch)

@@ -5,6 +5,7 @@ from its folder so nothing is fetched. Production uses e5-base-v2 with `query: `
 prefixes; those and the pooling are configuration, and all of them are part of the identity
 that an index's manifest records.
 """
+
 from __future__ import annotations
 
 import hashlib

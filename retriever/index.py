@@ -1,4 +1,5 @@
 """Load a built index (any kind) and search it: queries in, `{"id", "contents"}` documents out."""
+
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
@@ -24,17 +25,23 @@ class Index:
         """Top-`k` (document, score) per query, best first; one encoder/index call for the batch."""
         k = min(k, self.count)
         rows, scores = self.searcher.search(list(queries), k)
-        hits = [[(row, score) for row, score in zip(r, s) if row >= 0]
-                for r, s in zip(rows.tolist(), scores.tolist())]
+        hits = [[(row, score) for row, score in zip(r, s) if row >= 0] for r, s in zip(rows.tolist(), scores.tolist())]
         docs = iter(self.docs.get([row for h in hits for row, _ in h]))  # one lookup for the batch
         return [[(next(docs), float(score)) for _, score in h] for h in hits]
 
 
 def _encoder_from_manifest(manifest: Manifest, device: str, dtype: Dtype) -> EncoderConfig:
     e = manifest.encoder
-    return EncoderConfig(path=e["path"], pooling=Pooling(e["pooling"]), normalize=e["normalize"],
-                         query_prefix=e["query_prefix"], passage_prefix=e["passage_prefix"],
-                         max_length=e["max_length"], device=device, dtype=Dtype(dtype))
+    return EncoderConfig(
+        path=e["path"],
+        pooling=Pooling(e["pooling"]),
+        normalize=e["normalize"],
+        query_prefix=e["query_prefix"],
+        passage_prefix=e["passage_prefix"],
+        max_length=e["max_length"],
+        device=device,
+        dtype=Dtype(dtype),
+    )
 
 
 def load_index(

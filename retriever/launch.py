@@ -3,6 +3,7 @@
 For launchers and tests: `with start_retriever(index_dir) as r: RetrieverClient(r.url) ...`.
 The token travels in the child's environment, never on its command line.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ class RetrieverHandle:
         """SIGTERM, then SIGKILL if it has not exited in time."""
         return self.child.stop(timeout_s)
 
-    def __enter__(self) -> "RetrieverHandle":
+    def __enter__(self) -> RetrieverHandle:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -56,8 +57,21 @@ def start_retriever(
     `overrides` are `retriever.key=value` config overrides (e.g. `retriever.max_batch_size=1`).
     """
     ready = ready_file_path("retriever")
-    cmd = [sys.executable, "-m", "areal_mem.cli", "retriever", "serve", "--index", index_dir,
-           "--host", host, "--port", str(port), "--ready-file", ready]
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal_mem.cli",
+        "retriever",
+        "serve",
+        "--index",
+        index_dir,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--ready-file",
+        ready,
+    ]
     for f in config_files:
         cmd += ["--config", f]
     log_path = log_path or os.path.join(tempfile.mkdtemp(prefix="retriever-"), "serve.log")

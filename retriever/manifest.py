@@ -3,6 +3,7 @@
 A dense index answers nonsense when queried through another encoder, and document ids are
 rows of the corpus it was built from; both mismatches are refused with a message saying which.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,7 @@ class Manifest:
         os.replace(tmp, os.path.join(out_dir, MANIFEST))
 
     @classmethod
-    def load(cls, index_dir: str) -> "Manifest":
+    def load(cls, index_dir: str) -> Manifest:
         path = os.path.join(index_dir, MANIFEST)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{index_dir}: no {MANIFEST}; build the index with `areal-mem retriever build`")

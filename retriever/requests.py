@@ -4,6 +4,7 @@ MemSearcher: `/search {"query", "top_n"=10, "return_score"=false}`, `/batch_sear
 in `"query"`. Search-R1 / ASearcher: `/retrieve {"queries", "topk"=3, "return_scores"=false}`.
 The defaults are those of the released servers. Every rejection names the field at fault.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -84,17 +85,22 @@ def parse_search(body: Any, limits: Limits) -> Query:
     b = _object(body, ("query", "top_n", "return_score"))
     if "query" not in b:
         raise RequestError("query", "is required")
-    return Query([_text(b["query"], "query")], _count(b.get("top_n", MEMSEARCHER_DEFAULT_TOP_N), "top_n", limits),
-                 _flag(b.get("return_score", False), "return_score"))
+    return Query(
+        [_text(b["query"], "query")],
+        _count(b.get("top_n", MEMSEARCHER_DEFAULT_TOP_N), "top_n", limits),
+        _flag(b.get("return_score", False), "return_score"),
+    )
 
 
 def parse_batch_search(body: Any, limits: Limits) -> Query:
     b = _object(body, ("query", "top_n", "return_score"))
     if "query" not in b:
         raise RequestError("query", "is required")
-    return Query(_texts(b["query"], "query", limits),
-                 _count(b.get("top_n", MEMSEARCHER_DEFAULT_TOP_N), "top_n", limits),
-                 _flag(b.get("return_score", False), "return_score"))
+    return Query(
+        _texts(b["query"], "query", limits),
+        _count(b.get("top_n", MEMSEARCHER_DEFAULT_TOP_N), "top_n", limits),
+        _flag(b.get("return_score", False), "return_score"),
+    )
 
 
 def parse_retrieve(body: Any, limits: Limits) -> Query:
@@ -102,6 +108,8 @@ def parse_retrieve(body: Any, limits: Limits) -> Query:
     if "queries" not in b:
         raise RequestError("queries", "is required")
     topk = b.get("topk")
-    return Query(_texts(b["queries"], "queries", limits),
-                 _count(SEARCH_R1_DEFAULT_TOPK if topk is None else topk, "topk", limits),
-                 _flag(b.get("return_scores", False), "return_scores"))
+    return Query(
+        _texts(b["queries"], "queries", limits),
+        _count(SEARCH_R1_DEFAULT_TOPK if topk is None else topk, "topk", limits),
+        _flag(b.get("return_scores", False), "return_scores"),
+    )

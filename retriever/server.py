@@ -4,6 +4,7 @@ Every query, whichever route brought it, goes through one `MicroBatcher`, so hun
 agents searching at once share encoder forward passes and index calls instead of queueing
 behind a global lock. Bad requests get a 4xx JSON error naming the field; the service stays up.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,13 @@ BATCHER = web.AppKey("batcher", MicroBatcher)
 
 def make_app(index: Index, cfg: RetrieverConfig) -> web.Application:
     limits = Limits(max_top_n=cfg.max_top_n, max_queries=cfg.max_queries)
-    app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[
-        json_errors_middleware(lambda message, status: RequestError("", message, status).body()),
-        bearer_auth_middleware(cfg.token)])
+    app = web.Application(
+        client_max_size=cfg.max_body_bytes,
+        middlewares=[
+            json_errors_middleware(lambda message, status: RequestError("", message, status).body()),
+            bearer_auth_middleware(cfg.token),
+        ],
+    )
 
     async def batcher_ctx(app: web.Application):
         batcher = MicroBatcher(index.search, cfg.max_batch_size, cfg.batch_window_ms / 1000.0)
@@ -90,10 +95,16 @@ def make_app(index: Index, cfg: RetrieverConfig) -> web.Application:
 
     async def health(request: web.Request) -> web.Response:
         b = request.app[BATCHER]
-        return web.json_response({
-            "status": "ok", "kind": index.manifest.kind, "documents": index.count,
-            "max_batch_size": b.max_batch, "batches": b.batches, "queries": b.queries,
-        })
+        return web.json_response(
+            {
+                "status": "ok",
+                "kind": index.manifest.kind,
+                "documents": index.count,
+                "max_batch_size": b.max_batch,
+                "batches": b.batches,
+                "queries": b.queries,
+            }
+        )
 
     app.router.add_post("/search", search)
     app.router.add_post("/batch_search", batch_search)

@@ -4,6 +4,7 @@ The bm25s tokenizer's vocabulary is saved next to the score matrix, so queries a
 exactly the ids the index was built with (unknown words are dropped; a query with none left
 scores every document 0).
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,13 @@ class BM25Builder:
         model.save(path)
         self.tokenizer.save_vocab(path)
         self.tokenizer.save_stopwords(path)
-        return {"k1": self.cfg.k1, "b": self.cfg.b, "method": self.cfg.method,
-                "stopwords": self.cfg.stopwords, "vocab": len(self.tokenizer.get_vocab_dict())}
+        return {
+            "k1": self.cfg.k1,
+            "b": self.cfg.b,
+            "method": self.cfg.method,
+            "stopwords": self.cfg.stopwords,
+            "vocab": len(self.tokenizer.get_vocab_dict()),
+        }
 
 
 class BM25Searcher:

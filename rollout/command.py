@@ -3,6 +3,7 @@
 The launcher passes the services' addresses as overrides
 (`generator.urls=[...] retriever.urls=[...] buffer.url=...`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,12 +43,19 @@ async def _main(cfg, args) -> int:
 
     for key, value in (("generator.urls", cfg.generator.urls), ("buffer.url", cfg.buffer.url)):
         if not value:
-            raise SystemExit(f"areal-mem rollout: {key} is empty; start the services first "
-                             f"(areal-mem train does) and pass their addresses")
+            raise SystemExit(
+                f"areal-mem rollout: {key} is empty; start the services first "
+                f"(areal-mem train does) and pass their addresses"
+            )
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
     workflow = build_workflow(cfg.rollout.workflow)
-    cursor = TaskCursor(read_tasks(train_data_path(cfg)), args.worker_id, args.num_workers, cfg.seed,
-                        os.path.join(cfg.run_dir, "rollout", f"worker{args.worker_id}.json"))
+    cursor = TaskCursor(
+        read_tasks(train_data_path(cfg)),
+        args.worker_id,
+        args.num_workers,
+        cfg.seed,
+        os.path.join(cfg.run_dir, "rollout", f"worker{args.worker_id}.json"),
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -57,9 +65,15 @@ async def _main(cfg, args) -> int:
         retriever = RetrieverClient.from_config(cfg.retriever) if cfg.retriever.urls else None
         try:
             ctx = build_context(cfg.rollout, workflow, generator, tokenizer, retriever)
-            worker = RolloutWorker(workflow, ctx, buffer, cursor, cfg.rollout.group_size,
-                                   cfg.rollout.max_concurrent_groups, slots_path=os.path.join(
-                                       cfg.run_dir, "rollout", f"worker{args.worker_id}.slots.json"))
+            worker = RolloutWorker(
+                workflow,
+                ctx,
+                buffer,
+                cursor,
+                cfg.rollout.group_size,
+                cfg.rollout.max_concurrent_groups,
+                slots_path=os.path.join(cfg.run_dir, "rollout", f"worker{args.worker_id}.slots.json"),
+            )
             stats = await worker.run(args.max_groups or None, stop)
         finally:
             if retriever is not None:
@@ -70,8 +84,10 @@ async def _main(cfg, args) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
-                        format="%(asctime)s rollout%(worker)s %(levelname)s %(message)s".replace(
-                            "%(worker)s", str(args.worker_id)))
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stdout,
+        format="%(asctime)s rollout%(worker)s %(levelname)s %(message)s".replace("%(worker)s", str(args.worker_id)),
+    )
     cfg = config_from_args(args)
     return asyncio.run(_main(cfg, args))

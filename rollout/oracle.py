@@ -11,6 +11,7 @@ a tiny model has little to copy, and answers in `\\boxed{}` once the memory hold
 them all. With `mistake_rate` it searches a wrong title, forgets the new passage,
 or answers wrongly.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,12 @@ def read_context(text: str) -> ContextView:
     m = _MEMORY.search(text, q.end()) if q else None  # the user's memory, not the instruction's tags
     last_user = text.rpartition(IM_START + "user\n")[2]
     memory_phase = text.endswith(ASSISTANT_HEADER) and "<tool_response>" in last_user
-    return ContextView(question=question, memory=m.group(1).strip() if m else "",
-                       phase="memory" if memory_phase else "action",
-                       responses=[r.group(2) for r in _RESPONSE.finditer(last_user)])
+    return ContextView(
+        question=question,
+        memory=m.group(1).strip() if m else "",
+        phase="memory" if memory_phase else "action",
+        responses=[r.group(2) for r in _RESPONSE.finditer(last_user)],
+    )
 
 
 def split_documents(docs_text: str) -> Dict[str, str]:
@@ -57,7 +61,7 @@ def split_documents(docs_text: str) -> Dict[str, str]:
     out: Dict[str, str] = {}
     for i, s in enumerate(starts):
         end = starts[i + 1].start() if i + 1 < len(starts) else len(docs_text)
-        out.setdefault(s.group(1), docs_text[s.end():end].strip())
+        out.setdefault(s.group(1), docs_text[s.end() : end].strip())
     return out
 
 
@@ -66,8 +70,7 @@ def fact_sentences(text: str, task: Task) -> str:
     entity, or (comparisons) a number; the whole text when none does."""
     keys = [a for a in task.golden_answers if a] + [b for b in [task.metadata.get("bridge")] if b]
     numbers = task.metadata.get("type") == "comparison"
-    kept = [x for x in _SENTENCE_END.split(text)
-            if any(k in x for k in keys) or (numbers and re.search(r"\d", x))]
+    kept = [x for x in _SENTENCE_END.split(text) if any(k in x for k in keys) or (numbers and re.search(r"\d", x))]
     return " ".join(kept) or text
 
 
@@ -79,8 +82,9 @@ def search_call(query: str) -> str:
 class OraclePolicy:
     """Implements `generate` like the generator client; log-probs 0.0 and version 0 (not sampled)."""
 
-    def __init__(self, tokenizer, tasks: List[Task], titles: Dict[str, str], mistake_rate: float = 0.0,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, tokenizer, tasks: List[Task], titles: Dict[str, str], mistake_rate: float = 0.0, seed: int = 0
+    ) -> None:
         if not 0.0 <= mistake_rate <= 1.0:
             raise ValueError(f"mistake_rate must be in [0, 1], got {mistake_rate}")
         self.tokenizer = tokenizer
@@ -126,8 +130,13 @@ class OraclePolicy:
             facts.append("Nothing useful found yet.")
         return "<memory> " + " ".join(facts) + " </memory>"
 
-    async def generate(self, input_ids: List[int], sampling: SamplingParams, rid: Optional[str] = None,
-                       sticky_key: Optional[str] = None) -> GenerationResult:
+    async def generate(
+        self,
+        input_ids: List[int],
+        sampling: SamplingParams,
+        rid: Optional[str] = None,
+        sticky_key: Optional[str] = None,
+    ) -> GenerationResult:
         text = decode(self.tokenizer, input_ids)
         view = read_context(text)
         if view.phase == "memory":
@@ -139,9 +148,14 @@ class OraclePolicy:
         ids = encode(self.tokenizer, out) + [self.im_end]
         finish = "stop" if len(ids) <= sampling.max_new_tokens else "length"
         ids = ids[: sampling.max_new_tokens]
-        return GenerationResult(output_ids=ids, logprobs=[0.0] * len(ids), versions=[0] * len(ids),
-                                finish_reason=finish, matched_stop=self.im_end if finish == "stop" else None,
-                                prompt_tokens=len(input_ids))
+        return GenerationResult(
+            output_ids=ids,
+            logprobs=[0.0] * len(ids),
+            versions=[0] * len(ids),
+            finish_reason=finish,
+            matched_stop=self.im_end if finish == "stop" else None,
+            prompt_tokens=len(input_ids),
+        )
 
 
 def corpus_titles(corpus_path: str) -> Dict[str, str]:
@@ -155,8 +169,9 @@ def corpus_titles(corpus_path: str) -> Dict[str, str]:
     return titles
 
 
-async def demonstrations(tasks: List[Task], policy: OraclePolicy, ctx, workflow, out_path: str,
-                         concurrency: int = 16, progress: bool = True) -> Dict[str, float]:
+async def demonstrations(
+    tasks: List[Task], policy: OraclePolicy, ctx, workflow, out_path: str, concurrency: int = 16, progress: bool = True
+) -> Dict[str, float]:
     """Run the workflow with the oracle on every task; write all context rows as jsonl."""
     import asyncio
 
@@ -183,13 +198,24 @@ async def demonstrations(tasks: List[Task], policy: OraclePolicy, ctx, workflow,
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
                 rows += 1
     trajs = [j.result() for j in jobs]
-    return {"questions": len(trajs), "rows": rows,
-            "em": sum(t.info["em"] for t in trajs) / max(1, len(trajs)),
-            "reward": sum(t.reward for t in trajs) / max(1, len(trajs))}
+    return {
+        "questions": len(trajs),
+        "rows": rows,
+        "em": sum(t.info["em"] for t in trajs) / max(1, len(trajs)),
+        "reward": sum(t.reward for t in trajs) / max(1, len(trajs)),
+    }
 
 
-def write_demonstrations(cfg, out_path: str, split: str = "train", limit: int = 0, mistake_rate: float = 0.1,
-                         seed: int = 0, concurrency: int = 16, progress: bool = True) -> Dict[str, float]:
+def write_demonstrations(
+    cfg,
+    out_path: str,
+    split: str = "train",
+    limit: int = 0,
+    mistake_rate: float = 0.1,
+    seed: int = 0,
+    concurrency: int = 16,
+    progress: bool = True,
+) -> Dict[str, float]:
     """Oracle demonstrations for the world's `split` with the rollout config's workflow settings."""
     import asyncio
     import os
@@ -205,8 +231,13 @@ def write_demonstrations(cfg, out_path: str, split: str = "train", limit: int = 
     tasks = read_tasks(os.path.join(cfg.world.dir, f"{split}.jsonl"))
     tasks = tasks[:limit] if limit else tasks
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
-    policy = OraclePolicy(tokenizer, tasks, corpus_titles(os.path.join(cfg.world.dir, "corpus.jsonl")),
-                          mistake_rate=mistake_rate, seed=seed)
+    policy = OraclePolicy(
+        tokenizer,
+        tasks,
+        corpus_titles(os.path.join(cfg.world.dir, "corpus.jsonl")),
+        mistake_rate=mistake_rate,
+        seed=seed,
+    )
     workflow = MemSearcherWorkflow()
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
 

@@ -8,6 +8,7 @@ Group ids are derived from the (epoch, task) position, so a worker restarted
 from its saved position regenerates the same ids and the buffer's duplicate
 check makes a re-put harmless.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,9 @@ class TaskCursor:
         """The next task and its group id."""
         share = len(range(self.worker_id, len(self.tasks), self.num_workers))
         if share == 0:
-            raise ValueError(f"worker {self.worker_id} of {self.num_workers} has no tasks "
-                             f"({len(self.tasks)} tasks in all)")
+            raise ValueError(
+                f"worker {self.worker_id} of {self.num_workers} has no tasks ({len(self.tasks)} tasks in all)"
+            )
         epoch, k = divmod(self.position, share)
         if self._order[0] != epoch:
             order = list(range(len(self.tasks)))

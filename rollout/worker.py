@@ -9,6 +9,7 @@ released); nothing partial ever reaches the buffer. The slots it holds are kept 
 `slots_path`, so a worker restarted after a crash frees its predecessor's slots at
 once (else they would block admission until the buffer's `slot_ttl_s`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -39,17 +40,31 @@ class WorkerStats:
 
     def as_dict(self) -> Dict[str, Any]:
         n = max(1, self.trajectories)
-        return {"groups_put": self.groups_put, "groups_duplicate": self.groups_duplicate,
-                "groups_failed": self.groups_failed,
-                "groups_retried": self.groups_retried, "trajectories": self.trajectories,
-                "mean_reward": self.reward_sum / n,
-                "groups_per_s": self.groups_put / max(1e-9, time.monotonic() - self.started)}
+        return {
+            "groups_put": self.groups_put,
+            "groups_duplicate": self.groups_duplicate,
+            "groups_failed": self.groups_failed,
+            "groups_retried": self.groups_retried,
+            "trajectories": self.trajectories,
+            "mean_reward": self.reward_sum / n,
+            "groups_per_s": self.groups_put / max(1e-9, time.monotonic() - self.started),
+        }
 
 
 class RolloutWorker:
-    def __init__(self, workflow: Workflow, ctx: WorkflowContext, buffer: Any, cursor: TaskCursor,
-                 group_size: int, max_in_flight: int, acquire_wait_s: float = 2.0,
-                 group_retries: int = 3, retry_wait_s: float = 3.0, slots_path: str = "") -> None:
+    def __init__(
+        self,
+        workflow: Workflow,
+        ctx: WorkflowContext,
+        buffer: Any,
+        cursor: TaskCursor,
+        group_size: int,
+        max_in_flight: int,
+        acquire_wait_s: float = 2.0,
+        group_retries: int = 3,
+        retry_wait_s: float = 3.0,
+        slots_path: str = "",
+    ) -> None:
         if group_size < 1 or max_in_flight < 1:
             raise ValueError("rollout.group_size and rollout.max_concurrent_groups must be >= 1")
         self.workflow, self.ctx, self.buffer, self.cursor = workflow, ctx, buffer, cursor
@@ -60,8 +75,7 @@ class RolloutWorker:
         self._held: set = set()  # slots acquired and not yet put or released
         self.stats = WorkerStats()
 
-    async def run(self, max_groups: Optional[int] = None,
-                  stop: Optional[asyncio.Event] = None) -> WorkerStats:
+    async def run(self, max_groups: Optional[int] = None, stop: Optional[asyncio.Event] = None) -> WorkerStats:
         """Keep up to `max_in_flight` groups running until `stop` is set or `max_groups` started."""
         stop = stop or asyncio.Event()
         in_flight: set = set()
@@ -109,16 +123,18 @@ class RolloutWorker:
         attempt = 0
         while True:
             try:
-                return await asyncio.gather(*(run_episode(self.workflow, task, self.ctx, f"{group_id}/{j}")
-                                              for j in range(self.group_size)))
+                return await asyncio.gather(
+                    *(run_episode(self.workflow, task, self.ctx, f"{group_id}/{j}") for j in range(self.group_size))
+                )
             except Exception as e:  # noqa: BLE001 - retried, then abandoned by the caller
                 if attempt == self.group_retries:
                     raise
-                wait = self.retry_wait_s * 2 ** attempt
+                wait = self.retry_wait_s * 2**attempt
                 attempt += 1
                 self.stats.groups_retried += 1
-                log.warning("group %s: %s: %s; running it again in %.0f s", group_id,
-                            type(e).__name__, str(e)[:200], wait)
+                log.warning(
+                    "group %s: %s: %s; running it again in %.0f s", group_id, type(e).__name__, str(e)[:200], wait
+                )
                 await asyncio.sleep(wait)
 
     def _hold(self, slot: str, held: bool) -> None:

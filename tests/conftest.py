@@ -2,6 +2,7 @@
 
 Component tests live in sub-folders (tests/<component>/) with their own conftest.py.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -24,7 +25,12 @@ def tiny_model_dir(world_dir, tmp_path_factory):
     from areal_mem.tiny_model import init_model
 
     out = tmp_path_factory.mktemp("tiny_model")
-    init_model(world_dir, str(out), TinyModelConfig(hidden_size=64, intermediate_size=128,
-                                                    num_hidden_layers=2, num_attention_heads=4,
-                                                    num_key_value_heads=2), seed=0)
+    init_model(
+        world_dir,
+        str(out),
+        TinyModelConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+        ),
+        seed=0,
+    )
     return str(out)

@@ -1,12 +1,19 @@
 """The debug recipe shrunk to seconds per step: overrides shared by the tests that run it."""
 
 TINY_RECIPE = [
-    "world.passages=200", "world.questions=120",
-    "model.init.hidden_size=32", "model.init.intermediate_size=64",
-    "model.init.num_hidden_layers=1", "model.init.num_attention_heads=2",
-    "model.init.num_key_value_heads=1", "model.init.vocab_size=800",
-    "rollout.group_size=2", "rollout.max_turns=2", "rollout.max_new_tokens=24",
-    "rollout.max_concurrent_groups=4", "buffer.batch_groups=2",
+    "world.passages=200",
+    "world.questions=120",
+    "model.init.hidden_size=32",
+    "model.init.intermediate_size=64",
+    "model.init.num_hidden_layers=1",
+    "model.init.num_attention_heads=2",
+    "model.init.num_key_value_heads=1",
+    "model.init.vocab_size=800",
+    "rollout.group_size=2",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=24",
+    "rollout.max_concurrent_groups=4",
+    "buffer.batch_groups=2",
     # an untrained tiny model's rewards are mostly all equal: train those groups' rows anyway,
     # so the tests run the learner's real forward and backward
     "learner.skip_zero_adv_groups=false",

@@ -7,6 +7,7 @@ learner's `metrics.jsonl` and polls the generator's `/model_info` (`engine_stats
 seconds of the engine), so each step gets a wall-clock time and a generator busy reading.
 An arm whose command line is unchanged is not run again (`<arm>/bench_arm.json`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,24 +24,31 @@ from typing import Dict, List, Optional, Sequence
 from ..config import ConfigError
 
 CLI = [sys.executable, "-m", "areal_mem.cli"]
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                              "configs", "debug_cpu.yaml")
+DEFAULT_CONFIG = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs", "debug_cpu.yaml"
+)
 
 
 @dataclass
 class Start:
     """What every arm starts from."""
+
     world: str
     index: str
     model: str
 
     def overrides(self) -> List[str]:
-        return [f"world.dir={self.world}", f"retriever.index_dir={self.index}", f"model.path={self.model}",
-                "learner.sft.warm_start=false"]
+        return [
+            f"world.dir={self.world}",
+            f"retriever.index_dir={self.index}",
+            f"model.path={self.model}",
+            "learner.sft.warm_start=false",
+        ]
 
 
-def prepare_start(config: str, overrides: Sequence[str], out_dir: str, sft: bool = False,
-                  start_from: str = "") -> Start:
+def prepare_start(
+    config: str, overrides: Sequence[str], out_dir: str, sft: bool = False, start_from: str = ""
+) -> Start:
     """`start_from`: a prepared run dir (world/, index/, model/ or sft/model/) to reuse as is;
     else the train pipeline's own resumable stages build the start in `out_dir`."""
     if start_from:
@@ -48,8 +56,11 @@ def prepare_start(config: str, overrides: Sequence[str], out_dir: str, sft: bool
         if not os.path.exists(os.path.join(model, "config.json")):
             model = os.path.join(start_from, "model")
         start = Start(os.path.join(start_from, "world"), os.path.join(start_from, "index"), model)
-        for path, marker in ((start.world, "manifest.json"), (start.index, "manifest.json"),
-                             (start.model, "config.json")):
+        for path, marker in (
+            (start.world, "manifest.json"),
+            (start.index, "manifest.json"),
+            (start.model, "config.json"),
+        ):
             if not os.path.exists(os.path.join(path, marker)):
                 raise ConfigError(f"--start-from {start_from}: {os.path.join(path, marker)} is missing")
         return start
@@ -90,8 +101,15 @@ class Arm:
         return summarize(self.steps, self.samples)
 
 
-def run_arm(run_dir: str, name: str, config: str, start: Start, overrides: Sequence[str],
-            poll_s: float = 0.2, timeout_s: float = 3600.0) -> Arm:
+def run_arm(
+    run_dir: str,
+    name: str,
+    config: str,
+    start: Start,
+    overrides: Sequence[str],
+    poll_s: float = 0.2,
+    timeout_s: float = 3600.0,
+) -> Arm:
     """One `areal-mem train --no-eval` in `<run_dir>/arms/<name>-<hash of argv>`, measured."""
     argv = ["train", "--config", config, "--no-eval", *start.overrides(), *overrides]
     digest = hashlib.sha1(json.dumps(argv).encode()).hexdigest()[:8]
@@ -101,8 +119,7 @@ def run_arm(run_dir: str, name: str, config: str, start: Start, overrides: Seque
         with open(record, encoding="utf-8") as f:
             data = json.load(f)
         print(f"[bench] {name}: reusing {arm_dir}", flush=True)
-        return Arm(data["name"], data["argv"], data["wall_s"], data["steps"],
-                   [Sample(**s) for s in data["samples"]])
+        return Arm(data["name"], data["argv"], data["wall_s"], data["steps"], [Sample(**s) for s in data["samples"]])
     shutil.rmtree(arm_dir, ignore_errors=True)  # an unfinished earlier try: its buffer and checkpoints
     os.makedirs(arm_dir)
     argv = argv + [f"run_dir={arm_dir}"]
@@ -119,8 +136,9 @@ def run_arm(run_dir: str, name: str, config: str, start: Start, overrides: Seque
                     raise SystemExit(f"areal-mem bench: arm {name} ran past {timeout_s:.0f}s; {log_path}")
                 arm.steps = _train_rows(metrics_path)
                 url = url or _generator_url(config_path)
-                arm.samples.append(Sample(time.monotonic() - t0, len(arm.steps), **_engine_stats(url),
-                                          cpu_s=cpu_by_role(proc.pid)))
+                arm.samples.append(
+                    Sample(time.monotonic() - t0, len(arm.steps), **_engine_stats(url), cpu_s=cpu_by_role(proc.pid))
+                )
                 time.sleep(poll_s)
         finally:
             if proc.poll() is None:
@@ -213,17 +231,27 @@ def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
         raise ValueError(f"the arm trained {n} step(s); the steady-state window needs at least 2")
     window = steps[1:]
     span = sum(r["step_s"] for r in window)
-    out: Dict[str, float] = {"steps": n, "window_steps": len(window), "window_s": span,
-                             "step_wall_s": span / len(window),
-                             "groups_per_s": sum(r["groups"] for r in window) / span,
-                             "trained_tokens_per_s": sum(r["n_tokens"] for r in window) / span,
-                             "context_tokens_per_s": sum(_context_tokens(r) for r in window) / span,
-                             "learner_wait_frac": sum(r["wait_s"] for r in window) / span,
-                             "t_train_s": sum(r["step_s"] - r["wait_s"] for r in window) / len(window)}
+    out: Dict[str, float] = {
+        "steps": n,
+        "window_steps": len(window),
+        "window_s": span,
+        "step_wall_s": span / len(window),
+        "groups_per_s": sum(r["groups"] for r in window) / span,
+        "trained_tokens_per_s": sum(r["n_tokens"] for r in window) / span,
+        "context_tokens_per_s": sum(_context_tokens(r) for r in window) / span,
+        "learner_wait_frac": sum(r["wait_s"] for r in window) / span,
+        "t_train_s": sum(r["step_s"] - r["wait_s"] for r in window) / len(window),
+    }
     first = next((s for s in samples if s.steps >= 1), None)
     last = next((s for s in samples if s.steps >= n), None)
-    if (first is not None and last is not None and last.steps > first.steps
-            and first.busy_s is not None and last.busy_s is not None and last.uptime_s > first.uptime_s):
+    if (
+        first is not None
+        and last is not None
+        and last.steps > first.steps
+        and first.busy_s is not None
+        and last.busy_s is not None
+        and last.uptime_s > first.uptime_s
+    ):
         gen_busy = last.busy_s - first.busy_s
         out["t_gen_s"] = gen_busy / (last.steps - first.steps)
         out["gen_idle_frac"] = 1.0 - gen_busy / (last.uptime_s - first.uptime_s)
@@ -235,16 +263,22 @@ def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
             out["gen_prefill_tokens_per_step"] = (last.prefill_tokens - first.prefill_tokens) / per_step
             out["gen_prefill_s_per_step"] = (last.prefill_s - first.prefill_s) / per_step
             out["gen_decode_s_per_step"] = (last.decode_s - first.decode_s) / per_step
-            out["gen_decode_ms_per_row"] = 1e3 * (last.decode_s - first.decode_s) / (last.decode_rows - first.decode_rows)
-            out["gen_decode_batch"] = (last.decode_rows - first.decode_rows) / max(1, last.engine_steps - first.engine_steps)
+            out["gen_decode_ms_per_row"] = (
+                1e3 * (last.decode_s - first.decode_s) / (last.decode_rows - first.decode_rows)
+            )
+            out["gen_decode_batch"] = (last.decode_rows - first.decode_rows) / max(
+                1, last.engine_steps - first.engine_steps
+            )
     if first is not None and last is not None and last.steps > first.steps and first.cpu_s and last.cpu_s:
         # where the cores go: CPU seconds per step by role (a restarted process restarts its count)
         per_step = last.steps - first.steps
-        out["cpu_s_per_step"] = {role: max(0.0, last.cpu_s[role] - first.cpu_s.get(role, 0.0)) / per_step
-                                 for role in sorted(last.cpu_s)}
+        out["cpu_s_per_step"] = {
+            role: max(0.0, last.cpu_s[role] - first.cpu_s.get(role, 0.0)) / per_step for role in sorted(last.cpu_s)
+        }
         out["cpu_busy_frac"] = sum(out["cpu_s_per_step"].values()) / (
-            len(os.sched_getaffinity(0)) * (last.t - first.t) / per_step)
-    tail = steps[-min(3, n):]
+            len(os.sched_getaffinity(0)) * (last.t - first.t) / per_step
+        )
+    tail = steps[-min(3, n) :]
     out["reward_final"] = sum(r["reward"] for r in tail) / len(tail)
     out["reward_mean"] = sum(r["reward"] for r in steps) / n
     out["staleness_mean"] = sum(r.get("staleness_mean", 0.0) for r in steps) / n
@@ -266,8 +300,11 @@ def affinity_overrides(spec: str) -> List[str]:
         return []
     if spec == "auto":
         have = sorted(os.sched_getaffinity(0))
-        return ([f"launcher.cpu_affinity.generator=[{have[0]}]", f"launcher.cpu_affinity.learner=[{have[1]}]"]
-                if len(have) >= 2 else [])
+        return (
+            [f"launcher.cpu_affinity.generator=[{have[0]}]", f"launcher.cpu_affinity.learner=[{have[1]}]"]
+            if len(have) >= 2
+            else []
+        )
     out = []
     for part in spec.split(","):
         role, _, cpus = part.partition(":")
@@ -282,29 +319,39 @@ def add_arm_arguments(parser) -> None:
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="the recipe (default configs/debug_cpu.yaml)")
     parser.add_argument("--run-dir", default="runs/bench", help="where arms, tables and plots go")
     parser.add_argument("--steps", type=int, default=16, help="learner steps per arm")
-    parser.add_argument("--start-from", default="", metavar="DIR",
-                        help="reuse a prepared run dir (world/, index/, model/ or sft/model/) as the start")
+    parser.add_argument(
+        "--start-from",
+        default="",
+        metavar="DIR",
+        help="reuse a prepared run dir (world/, index/, model/ or sft/model/) as the start",
+    )
     parser.add_argument("--sft", action="store_true", help="warm-start the start model by SFT (slow)")
-    parser.add_argument("--poll-s", type=float, default=0.2, help="seconds between polls of an arm's learner "
-                        "metrics and generator")
-    parser.add_argument("--affinity", default="auto",
-                        help="auto | none | role:cpu,... (generator and learner on separate cores)")
+    parser.add_argument(
+        "--poll-s", type=float, default=0.2, help="seconds between polls of an arm's learner metrics and generator"
+    )
+    parser.add_argument(
+        "--affinity", default="auto", help="auto | none | role:cpu,... (generator and learner on separate cores)"
+    )
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override for every arm")
 
 
 def start_of(args) -> Start:
-    return prepare_start(args.config, args.overrides, os.path.join(args.run_dir, "start"), args.sft,
-                         args.start_from)
+    return prepare_start(args.config, args.overrides, os.path.join(args.run_dir, "start"), args.sft, args.start_from)
 
 
 def arm_overrides(args, eta: int, decoupled: bool = True) -> List[str]:
-    return [*args.overrides, *affinity_overrides(args.affinity), f"buffer.max_staleness={eta}",
-            f"learner.decoupled={str(decoupled).lower()}", f"learner.steps={args.steps}",
-            "learner.checkpoint_interval=1000000"]
+    return [
+        *args.overrides,
+        *affinity_overrides(args.affinity),
+        f"buffer.max_staleness={eta}",
+        f"learner.decoupled={str(decoupled).lower()}",
+        f"learner.steps={args.steps}",
+        "learner.checkpoint_interval=1000000",
+    ]
 
 
 def parse_ints(text: str) -> List[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(f"expected a comma-separated list of integers, got {text!r}")
+        raise ConfigError(f"expected a comma-separated list of integers, got {text!r}") from None

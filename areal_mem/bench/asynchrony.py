@@ -6,6 +6,7 @@ machine bound `(t_gen + t_train) / max(t_gen, t_train)` comes from the synchrono
 generator busy seconds per step and learner compute seconds per step: what overlapping the two
 could gain at most.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,9 @@ TARGET_SPEEDUP, TARGET_IDLE = 1.5, 0.10
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_arm_arguments(parser)
     parser.add_argument("--etas", default="0,2,4", help="staleness bounds; the first is the baseline")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="run the arms this many times, interleaved; figures are medians")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="run the arms this many times, interleaved; figures are medians"
+    )
     parser.add_argument("--figures-dir", default="", help="also copy the plot here (docs/figures)")
 
 
@@ -40,8 +42,11 @@ def analyze(*repeats: Dict[int, Dict[str, float]]) -> dict:
     for eta in etas:
         runs = [rep[eta] for rep in repeats]
         ratios = [rep[eta]["groups_per_s"] / rep[etas[0]]["groups_per_s"] for rep in repeats]
-        row = {"eta": eta, **{k: _median([r[k] for r in runs]) for k in runs[0] if all(k in r for r in runs)},
-               "speedup": statistics.median(ratios)}
+        row = {
+            "eta": eta,
+            **{k: _median([r[k] for r in runs]) for k in runs[0] if all(k in r for r in runs)},
+            "speedup": statistics.median(ratios),
+        }
         if len(repeats) > 1:
             row["speedups"] = ratios
             row["gen_idle_fracs"] = [r.get("gen_idle_frac") for r in runs]
@@ -79,8 +84,7 @@ def plot(result: dict, run_dir: str, figures_dir: str = "") -> list:
     axes[0][0].set_title("Throughput")
     x = range(len(rows))
     axes[0][1].bar([i - 0.2 for i in x], [100 * r["learner_wait_frac"] for r in rows], 0.4, label="learner waits")
-    axes[0][1].bar([i + 0.2 for i in x], [100 * r.get("gen_idle_frac", 0.0) for r in rows], 0.4,
-                   label="generator idle")
+    axes[0][1].bar([i + 0.2 for i in x], [100 * r.get("gen_idle_frac", 0.0) for r in rows], 0.4, label="generator idle")
     axes[0][1].set_xticks(list(x), labels)
     axes[0][1].set_ylabel("% of wall time")
     axes[0][1].set_title("Idle time")
@@ -91,43 +95,103 @@ def plot(result: dict, run_dir: str, figures_dir: str = "") -> list:
 def render(result: dict) -> str:
     pct = lambda v: "-" if v is None else f"{100 * v:.0f}%"  # noqa: E731
     table = markdown_table(
-        ["eta", "s/step", "groups/s", "trained tok/s", "context tok/s", "speed-up", "learner waits",
-         "generator idle", "gen busy s/step", "train+push s/step", "final reward"],
-        [[r["eta"], r["step_wall_s"], r["groups_per_s"], r["trained_tokens_per_s"], r["context_tokens_per_s"],
-          f"{r['speedup']:.2f}x", pct(r["learner_wait_frac"]), pct(r.get("gen_idle_frac")),
-          r.get("t_gen_s", "-"), r["t_train_s"], r["reward_final"]] for r in result["rows"]])
+        [
+            "eta",
+            "s/step",
+            "groups/s",
+            "trained tok/s",
+            "context tok/s",
+            "speed-up",
+            "learner waits",
+            "generator idle",
+            "gen busy s/step",
+            "train+push s/step",
+            "final reward",
+        ],
+        [
+            [
+                r["eta"],
+                r["step_wall_s"],
+                r["groups_per_s"],
+                r["trained_tokens_per_s"],
+                r["context_tokens_per_s"],
+                f"{r['speedup']:.2f}x",
+                pct(r["learner_wait_frac"]),
+                pct(r.get("gen_idle_frac")),
+                r.get("t_gen_s", "-"),
+                r["t_train_s"],
+                r["reward_final"],
+            ]
+            for r in result["rows"]
+        ],
+    )
     lines = [table, ""]
     if "bound" in result:
         best = max(r["speedup"] for r in result["rows"])
-        lines.append(f"machine bound from the eta={result['baseline_eta']} arm: (t_gen + t_train) / max = "
-                     f"({result['t_gen_s']:.2f} + {result['t_train_s']:.2f}) / "
-                     f"{max(result['t_gen_s'], result['t_train_s']):.2f} = {result['bound']:.2f}x; "
-                     f"best measured speed-up {best:.2f}x")
+        lines.append(
+            f"machine bound from the eta={result['baseline_eta']} arm: (t_gen + t_train) / max = "
+            f"({result['t_gen_s']:.2f} + {result['t_train_s']:.2f}) / "
+            f"{max(result['t_gen_s'], result['t_train_s']):.2f} = {result['bound']:.2f}x; "
+            f"best measured speed-up {best:.2f}x"
+        )
     if result.get("idle_floor"):
-        lines.append(f"training is the slower side (t_train > t_gen), so the generator idles at least "
-                     f"1 - t_gen / t_train = {100 * result['idle_floor']:.0f}% of the time at any eta")
+        lines.append(
+            f"training is the slower side (t_train > t_gen), so the generator idles at least "
+            f"1 - t_gen / t_train = {100 * result['idle_floor']:.0f}% of the time at any eta"
+        )
     for r in result["rows"]:
         if "speedups" in r:
-            lines.append(f"eta {r['eta']} over {len(r['speedups'])} repeats: speed-up "
-                         f"{', '.join(f'{v:.2f}x' for v in r['speedups'])}; generator idle "
-                         f"{', '.join(pct(v) for v in r['gen_idle_fracs'])}")
+            lines.append(
+                f"eta {r['eta']} over {len(r['speedups'])} repeats: speed-up "
+                f"{', '.join(f'{v:.2f}x' for v in r['speedups'])}; generator idle "
+                f"{', '.join(pct(v) for v in r['gen_idle_fracs'])}"
+            )
     if all("gen_decode_ms_per_row" in r for r in result["rows"]):
-        lines += ["", "generator per learner step (busy time split; tokens prefilled include requests "
-                  "resent after a weight push aborted them):", "", markdown_table(
-                      ["eta", "prefill tokens", "prefill s", "decode s", "decode ms/row", "rows per decode step"],
-                      [[r["eta"], r["gen_prefill_tokens_per_step"], r["gen_prefill_s_per_step"],
-                        r["gen_decode_s_per_step"], r["gen_decode_ms_per_row"], r["gen_decode_batch"]]
-                       for r in result["rows"]]), ""]
+        lines += [
+            "",
+            "generator per learner step (busy time split; tokens prefilled include requests "
+            "resent after a weight push aborted them):",
+            "",
+            markdown_table(
+                ["eta", "prefill tokens", "prefill s", "decode s", "decode ms/row", "rows per decode step"],
+                [
+                    [
+                        r["eta"],
+                        r["gen_prefill_tokens_per_step"],
+                        r["gen_prefill_s_per_step"],
+                        r["gen_decode_s_per_step"],
+                        r["gen_decode_ms_per_row"],
+                        r["gen_decode_batch"],
+                    ]
+                    for r in result["rows"]
+                ],
+            ),
+            "",
+        ]
     if all("cpu_s_per_step" in r for r in result["rows"]):
         roles = sorted({k for r in result["rows"] for k in r["cpu_s_per_step"]})
-        lines += ["CPU seconds per learner step by process (all cores; busy = their sum over cores x wall time):", "",
-                  markdown_table(["eta", *roles, "sum", "cores busy"],
-                                 [[r["eta"], *(r["cpu_s_per_step"].get(k, 0.0) for k in roles),
-                                   sum(r["cpu_s_per_step"].values()), pct(r["cpu_busy_frac"])]
-                                  for r in result["rows"]]), ""]
+        lines += [
+            "CPU seconds per learner step by process (all cores; busy = their sum over cores x wall time):",
+            "",
+            markdown_table(
+                ["eta", *roles, "sum", "cores busy"],
+                [
+                    [
+                        r["eta"],
+                        *(r["cpu_s_per_step"].get(k, 0.0) for k in roles),
+                        sum(r["cpu_s_per_step"].values()),
+                        pct(r["cpu_busy_frac"]),
+                    ]
+                    for r in result["rows"]
+                ],
+            ),
+            "",
+        ]
     if "target_met" in result:
-        lines.append(f"target (eta 2 >= {TARGET_SPEEDUP}x synchronous, generator idle < "
-                     f"{100 * TARGET_IDLE:.0f}%): {'MET' if result['target_met'] else 'NOT met'}")
+        lines.append(
+            f"target (eta 2 >= {TARGET_SPEEDUP}x synchronous, generator idle < "
+            f"{100 * TARGET_IDLE:.0f}%): {'MET' if result['target_met'] else 'NOT met'}"
+        )
     return "\n".join(lines)
 
 
@@ -141,8 +205,19 @@ def run(args: argparse.Namespace) -> int:
     repeats = []
     for rep in range(args.repeats):
         suffix = f"-r{rep + 1}" if rep else ""  # the first repeat's arms are shared with `bench staleness`
-        repeats.append({eta: run_arm(args.run_dir, f"eta{eta}-decoupled{suffix}", args.config, start,
-                                     arm_overrides(args, eta), args.poll_s).summary() for eta in etas})
+        repeats.append(
+            {
+                eta: run_arm(
+                    args.run_dir,
+                    f"eta{eta}-decoupled{suffix}",
+                    args.config,
+                    start,
+                    arm_overrides(args, eta),
+                    args.poll_s,
+                ).summary()
+                for eta in etas
+            }
+        )
     result = analyze(*repeats)
     result["command"] = command_line()
     result["steps"] = args.steps

@@ -4,6 +4,7 @@ Each entry of `BENCHES` is a module with `HELP`, `add_arguments(parser)` and `ru
 imported only when its parser is built, so a missing one (e.g. `soak`, written separately)
 leaves the others usable.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -10,6 +10,7 @@ and in its contexts summed over turns (what the generator prefills); then the re
 step, in a fresh process: seconds per trajectory and the peak resident memory above the
 process's after a warm-up step (Adam state allocated), so the two workflows do not share a peak.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,15 +54,19 @@ class AlwaysSearchPolicy:
             return " I have searched enough. </think> The answer is \\boxed{unknown}."
         return f" Let me search. </think>\n{search_call(self.rng.choice(self.titles))}"
 
-    async def generate(self, input_ids: List[int], sampling: SamplingParams, rid: Optional[str] = None,
-                       sticky_key: Optional[str] = None) -> GenerationResult:
+    async def generate(
+        self,
+        input_ids: List[int],
+        sampling: SamplingParams,
+        rid: Optional[str] = None,
+        sticky_key: Optional[str] = None,
+    ) -> GenerationResult:
         text = self._text(self.tok.decode(input_ids, skip_special_tokens=False), sticky_key or "")
         ids = self.tok.encode(text, add_special_tokens=False) + [self.im_end]
         return GenerationResult(ids, [0.0] * len(ids), [0] * len(ids), "stop", prompt_tokens=len(input_ids))
 
 
-async def run_workflows(world: str, model: str, retriever_url: str, questions: int, turns: int,
-                        rollout=None) -> dict:
+async def run_workflows(world: str, model: str, retriever_url: str, questions: int, turns: int, rollout=None) -> dict:
     """workflow name -> its trajectories on the first `questions` dev questions; the prompts of
     the `rollout` config (`prompt_style`, `prompt_file`), else the released ones."""
     from transformers import AutoTokenizer
@@ -84,12 +89,17 @@ async def run_workflows(world: str, model: str, retriever_url: str, questions: i
         tool = WikipediaSearchTool(retriever)
         for workflow in (MemSearcherWorkflow(), ReActWorkflow()):
             ctx = WorkflowContext(
-                generator=AlwaysSearchPolicy(tok, titles, turns), tokenizer=tok, tools={tool.name: tool},
-                reward=AnswerReward(), sampling=SamplingParams(temperature=0.0),
+                generator=AlwaysSearchPolicy(tok, titles, turns),
+                tokenizer=tok,
+                tools={tool.name: tool},
+                reward=AnswerReward(),
+                sampling=SamplingParams(temperature=0.0),
                 limits=Limits(max_turns=turns + 1, max_context_tokens=1 << 20),
-                prompt_template=prompt_template(rollout, workflow) if rollout is not None else "")
-            out[workflow.name] = await asyncio.gather(*(workflow.run(t, ctx, f"{workflow.name}-{i}")
-                                                        for i, t in enumerate(tasks)))
+                prompt_template=prompt_template(rollout, workflow) if rollout is not None else "",
+            )
+            out[workflow.name] = await asyncio.gather(
+                *(workflow.run(t, ctx, f"{workflow.name}-{i}") for i, t in enumerate(tasks))
+            )
     return out
 
 
@@ -144,8 +154,19 @@ def learner_cost(model: str, rows_path: str, micro_batch_tokens: int, out_path: 
     engine = LearnerEngine(model, LearnerConfig(lr=1e-6, micro_batch_tokens=micro_batch_tokens))
     short = trajs[0][0]
     n = short.prompt_len + 1
-    engine.train_step([TrainRow(short.input_ids[:n], short.prompt_len, short.loss_mask[:1], short.behav_logp[:1],
-                                short.versions[:1], short.advantages[:1])], 0)  # optimizer state exists
+    engine.train_step(
+        [
+            TrainRow(
+                short.input_ids[:n],
+                short.prompt_len,
+                short.loss_mask[:1],
+                short.behav_logp[:1],
+                short.versions[:1],
+                short.advantages[:1],
+            )
+        ],
+        0,
+    )  # optimizer state exists
     base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     seconds = []
     for rows in trajs:
@@ -178,27 +199,42 @@ def per_workflow(trajs, learner: dict) -> dict:
     lengths = [turn_lengths(t.info) for t in trajs]
     row_tokens = [sum(len(c.input_ids) for c in t.contexts) for t in trajs]
     secs = learner["seconds"]
-    return {"peak_context": max(max(x) for x in lengths),
-            "row_tokens_per_traj": sum(row_tokens) / len(row_tokens),
-            "prefill_tokens_per_traj": sum(sum(x) for x in lengths) / len(lengths),
-            "rows_per_traj": sum(len(t.contexts) for t in trajs) / len(trajs),
-            "learner_s_per_traj": sum(secs) / len(secs), "learner_peak_mb": learner["peak_mb"]}
+    return {
+        "peak_context": max(max(x) for x in lengths),
+        "row_tokens_per_traj": sum(row_tokens) / len(row_tokens),
+        "prefill_tokens_per_traj": sum(sum(x) for x in lengths) / len(lengths),
+        "rows_per_traj": sum(len(t.contexts) for t in trajs) / len(trajs),
+        "learner_s_per_traj": sum(secs) / len(secs),
+        "learner_peak_mb": learner["peak_mb"],
+    }
 
 
 def render(result: dict) -> str:
     w = result["workflows"]
-    keys = [("peak context (tokens)", "peak_context"), ("context rows per trajectory", "rows_per_traj"),
-            ("tokens in the rows per trajectory (learner)", "row_tokens_per_traj"),
-            ("context tokens summed over turns (generator prefill)", "prefill_tokens_per_traj"),
-            ("learner seconds per trajectory", "learner_s_per_traj"),
-            ("learner peak memory above warm process (MB)", "learner_peak_mb")]
-    summary = markdown_table(["per trajectory", "MemSearcher", "ReAct", "ReAct / MemSearcher"],
-                             [[label, w["memsearcher"][k], w["react"][k],
-                               f"{w['react'][k] / w['memsearcher'][k]:.2f}" if w["memsearcher"][k] else "-"]
-                              for label, k in keys])
-    turns = markdown_table(["turn", "MemSearcher", "ReAct", "ReAct / MemSearcher"],
-                           [[r["turn"], r["memsearcher"], r["react"], f"{r['react/memsearcher']:.2f}"]
-                            for r in result["turn_table"]])
+    keys = [
+        ("peak context (tokens)", "peak_context"),
+        ("context rows per trajectory", "rows_per_traj"),
+        ("tokens in the rows per trajectory (learner)", "row_tokens_per_traj"),
+        ("context tokens summed over turns (generator prefill)", "prefill_tokens_per_traj"),
+        ("learner seconds per trajectory", "learner_s_per_traj"),
+        ("learner peak memory above warm process (MB)", "learner_peak_mb"),
+    ]
+    summary = markdown_table(
+        ["per trajectory", "MemSearcher", "ReAct", "ReAct / MemSearcher"],
+        [
+            [
+                label,
+                w["memsearcher"][k],
+                w["react"][k],
+                f"{w['react'][k] / w['memsearcher'][k]:.2f}" if w["memsearcher"][k] else "-",
+            ]
+            for label, k in keys
+        ],
+    )
+    turns = markdown_table(
+        ["turn", "MemSearcher", "ReAct", "ReAct / MemSearcher"],
+        [[r["turn"], r["memsearcher"], r["react"], f"{r['react/memsearcher']:.2f}"] for r in result["turn_table"]],
+    )
     return f"{turns}\n\n{summary}"
 
 
@@ -223,17 +259,25 @@ def measure(args, start) -> dict:
     work = os.path.join(args.run_dir, "memory")
     os.makedirs(work, exist_ok=True)
     with start_retriever(start.index) as handle:
-        trajs = asyncio.run(run_workflows(start.world, start.model, handle.url, args.questions, args.turns,
-                                            cfg.rollout))
+        trajs = asyncio.run(
+            run_workflows(start.world, start.model, handle.url, args.questions, args.turns, cfg.rollout)
+        )
     from rollout.workflows.base import turn_lengths
 
     rows = turn_table({name: [turn_lengths(t.info) for t in ts] for name, ts in trajs.items()})
-    workflows = {name: per_workflow(ts, measure_learner(start.model, ts, work, name, cfg.learner.micro_batch_tokens))
-                 for name, ts in trajs.items()}
-    return {"questions": args.questions, "turns": args.turns, "micro_batch_tokens": cfg.learner.micro_batch_tokens,
-            "prompt_style": str(getattr(cfg.rollout.prompt_style, "value", cfg.rollout.prompt_style)),
-            "turn_table": rows, "workflows": workflows,
-            "command": command_line()}
+    workflows = {
+        name: per_workflow(ts, measure_learner(start.model, ts, work, name, cfg.learner.micro_batch_tokens))
+        for name, ts in trajs.items()
+    }
+    return {
+        "questions": args.questions,
+        "turns": args.turns,
+        "micro_batch_tokens": cfg.learner.micro_batch_tokens,
+        "prompt_style": str(getattr(cfg.rollout.prompt_style, "value", cfg.rollout.prompt_style)),
+        "turn_table": rows,
+        "workflows": workflows,
+        "command": command_line(),
+    }
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
 """What every bench writes: a markdown table printed and kept, a JSON of its numbers, PNG plots."""
+
 from __future__ import annotations
 
 import json

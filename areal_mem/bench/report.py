@@ -3,6 +3,7 @@ with the PNG plots beside it and `<run_dir>/report.json` holding every number of
 plot. Arms shared by async and staleness run once. `--figures-dir docs/figures` also copies the
 plots where the README links them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,23 +32,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _machine() -> str:
     load = os.getloadavg()
-    return (f"{len(os.sched_getaffinity(0))} usable CPU cores, load average {load[0]:.1f} / {load[1]:.1f} / "
-            f"{load[2]:.1f} (1/5/15 min)")
+    return (
+        f"{len(os.sched_getaffinity(0))} usable CPU cores, load average {load[0]:.1f} / {load[1]:.1f} / "
+        f"{load[2]:.1f} (1/5/15 min)"
+    )
 
 
 def write_report(run_dir: str, header: dict) -> str:
     """report.md from the parts' JSON files in `run_dir`; report.json with all of them."""
     parts = {name: read_json(run_dir, name) for name in PARTS}
-    renders = {"async": asynchrony.render, "staleness": staleness.render, "memory": memory.render,
-               "scale": scale.render}
-    titles = {"async": "Asynchronous against synchronous (debug recipe)",
-              "staleness": "Staleness: decoupled loss against plain PPO",
-              "memory": "MemSearcher against ReAct: context and learner cost",
-              "scale": "Scale on paper: the 3B recipe on 16 GPUs"}
-    lines = ["# areal-mem system benchmarks", "",
-             f"Command: `{header['command']}`", "",
-             f"Started {header['started']}, {header['minutes']:.0f} minutes. Machine at the start: "
-             f"{header['machine_start']}; at the end: {header['machine_end']}.", ""]
+    renders = {
+        "async": asynchrony.render,
+        "staleness": staleness.render,
+        "memory": memory.render,
+        "scale": scale.render,
+    }
+    titles = {
+        "async": "Asynchronous against synchronous (debug recipe)",
+        "staleness": "Staleness: decoupled loss against plain PPO",
+        "memory": "MemSearcher against ReAct: context and learner cost",
+        "scale": "Scale on paper: the 3B recipe on 16 GPUs",
+    }
+    lines = [
+        "# areal-mem system benchmarks",
+        "",
+        f"Command: `{header['command']}`",
+        "",
+        f"Started {header['started']}, {header['minutes']:.0f} minutes. Machine at the start: "
+        f"{header['machine_start']}; at the end: {header['machine_end']}.",
+        "",
+    ]
     if header.get("note"):
         lines += [f"Note: {header['note']}.", ""]
     for name in PARTS:
@@ -67,11 +81,14 @@ def write_report(run_dir: str, header: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    t0, started = time.time(), datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    t0, started = time.time(), datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     machine_start = _machine()
-    for name, module, extra in (("async", asynchrony, {"etas": args.async_etas, "repeats": args.async_repeats}),
-                                ("staleness", staleness, {"etas": args.staleness_etas}),
-                                ("memory", memory, {}), ("scale", scale, {"inputs": ""})):
+    for name, module, extra in (
+        ("async", asynchrony, {"etas": args.async_etas, "repeats": args.async_repeats}),
+        ("staleness", staleness, {"etas": args.staleness_etas}),
+        ("memory", memory, {}),
+        ("scale", scale, {"inputs": ""}),
+    ):
         print(f"\n[bench all] {name}", flush=True)
         ns = copy.copy(args)
         for key, value in extra.items():
@@ -79,8 +96,13 @@ def run(args: argparse.Namespace) -> int:
         code = module.run(ns)
         if code:
             return code
-    header = {"command": command_line(), "started": started, "minutes": (time.time() - t0) / 60,
-              "machine_start": machine_start, "machine_end": _machine()}
+    header = {
+        "command": command_line(),
+        "started": started,
+        "minutes": (time.time() - t0) / 60,
+        "machine_start": machine_start,
+        "machine_end": _machine(),
+    }
     path = write_report(args.run_dir, header)
     print(f"\n[bench all] report: {path}", flush=True)
     return 0

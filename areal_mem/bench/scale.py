@@ -11,6 +11,7 @@ under the explicit assumptions in `ASSUMPTIONS` (GPU FLOP/s, utilisation, trajec
 the service with the largest time per step is the bottleneck of an asynchronous run, and the
 GPU count where the CPU retriever overtakes the GPU services is where scaling out stops paying.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,10 +59,14 @@ def measure_faiss(n: int = 50_000, dim: int = 768, queries: int = 256, batch: in
     index.search(q[:batch], 5)  # warm-up
     t0 = time.perf_counter()
     for i in range(0, queries, batch):
-        index.search(q[i:i + batch], 5)
+        index.search(q[i : i + batch], 5)
     qps = queries / (time.perf_counter() - t0)
-    return {"faiss_qps": qps, "faiss_passages": n, "cpu_search_flops": qps * 2 * n * dim,
-            "cpu_cores": len(os.sched_getaffinity(0))}
+    return {
+        "faiss_qps": qps,
+        "faiss_passages": n,
+        "cpu_search_flops": qps * 2 * n * dim,
+        "cpu_cores": len(os.sched_getaffinity(0)),
+    }
 
 
 def measure_buffer(work: str, groups: int = 8) -> Dict[str, float]:
@@ -77,10 +82,26 @@ def measure_buffer(work: str, groups: int = 8) -> Dict[str, float]:
     tokens, resp = int(a["context_tokens"]), int(a["generated_tokens_per_context"])
 
     def group(gid: str) -> Group:
-        return Group(gid, [Trajectory(f"{gid}/{t}", [Context(
-            input_ids=rng.integers(0, 150_000, tokens).tolist(), prompt_len=tokens - resp, loss_mask=[1] * resp,
-            behav_logp=(-rng.random(resp, dtype=np.float32)).tolist(), versions=[0] * resp)
-            for _ in range(int(a["turns_per_trajectory"]))], reward=0.5) for t in range(5)])
+        return Group(
+            gid,
+            [
+                Trajectory(
+                    f"{gid}/{t}",
+                    [
+                        Context(
+                            input_ids=rng.integers(0, 150_000, tokens).tolist(),
+                            prompt_len=tokens - resp,
+                            loss_mask=[1] * resp,
+                            behav_logp=(-rng.random(resp, dtype=np.float32)).tolist(),
+                            versions=[0] * resp,
+                        )
+                        for _ in range(int(a["turns_per_trajectory"]))
+                    ],
+                    reward=0.5,
+                )
+                for t in range(5)
+            ],
+        )
 
     tables = [group_to_table(group(f"g{i}")) for i in range(groups)]
     nbytes = sum(t.nbytes for t in tables)
@@ -99,8 +120,11 @@ def measure_buffer(work: str, groups: int = 8) -> Dict[str, float]:
         client.close()
     finally:
         service.stop()
-    return {"buffer_put_mbs": nbytes / put_s / 1e6, "buffer_get_mbs": nbytes / get_s / 1e6,
-            "buffer_bytes_per_token": nbytes / ctx_tokens}
+    return {
+        "buffer_put_mbs": nbytes / put_s / 1e6,
+        "buffer_get_mbs": nbytes / get_s / 1e6,
+        "buffer_bytes_per_token": nbytes / ctx_tokens,
+    }
 
 
 def from_async_arm(run_dir: str) -> Dict[str, float]:
@@ -128,11 +152,15 @@ def model(measured: Dict[str, float], a: Dict[str, float] = ASSUMPTIONS) -> dict
     node_search_flops = measured["cpu_search_flops"] / measured["cpu_cores"] * a["retriever_node_cores"]
     gpu = a["gpu_bf16_flops"]
     services = {
-        "generators (SGLang)": (gen_tokens / (a["generator_gpus"] * a["decode_tokens_per_s_per_gpu"])
-                                + prefill_flops / (a["generator_gpus"] * gpu * a["prefill_mfu"])),
+        "generators (SGLang)": (
+            gen_tokens / (a["generator_gpus"] * a["decode_tokens_per_s_per_gpu"])
+            + prefill_flops / (a["generator_gpus"] * gpu * a["prefill_mfu"])
+        ),
         "learner (DeepSpeed)": learner_flops / (a["learner_gpus"] * gpu * a["learner_mfu"]),
         "retriever (Flat, CPU)": search_flops / node_search_flops,
-        "replay buffer (put + get)": ctx_tokens * measured["buffer_bytes_per_token"] / 1e6
+        "replay buffer (put + get)": ctx_tokens
+        * measured["buffer_bytes_per_token"]
+        / 1e6
         * (1 / measured["buffer_put_mbs"] + 1 / measured["buffer_get_mbs"]),
         "weight push (bf16)": 2 * n / (a["push_bandwidth_gbs"] * 1e9),
     }
@@ -142,42 +170,67 @@ def model(measured: Dict[str, float], a: Dict[str, float] = ASSUMPTIONS) -> dict
     # Rollouts overlap generation and search across episodes; synchronous training then waits
     # for the learner and the push, asynchronous training overlaps all of it.
     rollout = max(services["generators (SGLang)"], retr, services["replay buffer (put + get)"])
-    out = {"work": {"contexts": contexts, "context_tokens": ctx_tokens, "generated_tokens": gen_tokens,
-                    "searches": searches, "learner_flops": learner_flops, "prefill_flops": prefill_flops,
-                    "search_flops": search_flops, "retriever_node_flops": node_search_flops},
-           "seconds": services, "bottleneck": bottleneck,
-           "async_step_s": max(services.values()),
-           "sync_step_s": rollout + services["learner (DeepSpeed)"] + services["weight push (bf16)"],
-           "retriever_nodes_to_keep_up": retr / gpu_bound,
-           # Both GPU services shrink as 1/GPUs; the CPU retriever does not (one node): beyond this
-           # many GPUs (same split) the retriever is the bottleneck.
-           "retriever_bound_at_gpus": a["gpus"] * gpu_bound / retr if retr else None}
+    out = {
+        "work": {
+            "contexts": contexts,
+            "context_tokens": ctx_tokens,
+            "generated_tokens": gen_tokens,
+            "searches": searches,
+            "learner_flops": learner_flops,
+            "prefill_flops": prefill_flops,
+            "search_flops": search_flops,
+            "retriever_node_flops": node_search_flops,
+        },
+        "seconds": services,
+        "bottleneck": bottleneck,
+        "async_step_s": max(services.values()),
+        "sync_step_s": rollout + services["learner (DeepSpeed)"] + services["weight push (bf16)"],
+        "retriever_nodes_to_keep_up": retr / gpu_bound,
+        # Both GPU services shrink as 1/GPUs; the CPU retriever does not (one node): beyond this
+        # many GPUs (same split) the retriever is the bottleneck.
+        "retriever_bound_at_gpus": a["gpus"] * gpu_bound / retr if retr else None,
+    }
     return out
 
 
 def render(result: dict) -> str:
     m, a, r = result["measured"], result["assumptions"], result["model"]
     measured_rows = [[k, v] for k, v in m.items()]
-    lines = ["Measured on this machine:", "", markdown_table(["input", "value"], measured_rows), "",
-             "Production step (Qwen2.5-3B, 16 GPUs: 8 generator + 8 learner, 256 x 5 trajectories):", "",
-             markdown_table(["service", "seconds per step", "share of the slowest"],
-                            [[k, v, f"{v / r['async_step_s']:.2f}"] for k, v in r["seconds"].items()]), "",
-             f"bottleneck: **{r['bottleneck']}**; asynchronous step ~{r['async_step_s']:.0f} s, synchronous "
-             f"(roll out, then train, then push) ~{r['sync_step_s']:.0f} s "
-             f"({r['sync_step_s'] / r['async_step_s']:.2f}x)."]
+    lines = [
+        "Measured on this machine:",
+        "",
+        markdown_table(["input", "value"], measured_rows),
+        "",
+        "Production step (Qwen2.5-3B, 16 GPUs: 8 generator + 8 learner, 256 x 5 trajectories):",
+        "",
+        markdown_table(
+            ["service", "seconds per step", "share of the slowest"],
+            [[k, v, f"{v / r['async_step_s']:.2f}"] for k, v in r["seconds"].items()],
+        ),
+        "",
+        f"bottleneck: **{r['bottleneck']}**; asynchronous step ~{r['async_step_s']:.0f} s, synchronous "
+        f"(roll out, then train, then push) ~{r['sync_step_s']:.0f} s "
+        f"({r['sync_step_s'] / r['async_step_s']:.2f}x).",
+    ]
     if r.get("retriever_bound_at_gpus"):
-        lines.append(f"The CPU Flat retriever ({a['retriever_node_cores']:.0f} cores) becomes the bottleneck "
-                     f"beyond ~{r['retriever_bound_at_gpus']:.0f} GPUs at the same split; keeping up with the "
-                     f"GPU services takes ~{r['retriever_nodes_to_keep_up']:.1f} such nodes (index replicas) "
-                     f"or a GPU index.")
+        lines.append(
+            f"The CPU Flat retriever ({a['retriever_node_cores']:.0f} cores) becomes the bottleneck "
+            f"beyond ~{r['retriever_bound_at_gpus']:.0f} GPUs at the same split; keeping up with the "
+            f"GPU services takes ~{r['retriever_nodes_to_keep_up']:.1f} such nodes (index replicas) "
+            f"or a GPU index."
+        )
     lines += ["", "Assumptions:", "", markdown_table(["assumption", "value"], [[k, v] for k, v in a.items()])]
     return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", default="runs/bench", help="where the table goes (and bench async's result)")
-    parser.add_argument("--inputs", default="", metavar="FILE",
-                        help="JSON of measured inputs to use instead of measuring (keys as in scale.json)")
+    parser.add_argument(
+        "--inputs",
+        default="",
+        metavar="FILE",
+        help="JSON of measured inputs to use instead of measuring (keys as in scale.json)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -188,8 +241,12 @@ def run(args: argparse.Namespace) -> int:
         work = os.path.join(args.run_dir, "scale")
         os.makedirs(work, exist_ok=True)
         measured = {**from_async_arm(args.run_dir), **measure_faiss(), **measure_buffer(work)}
-    result = {"measured": measured, "assumptions": dict(ASSUMPTIONS), "model": model(measured),
-              "command": command_line()}
+    result = {
+        "measured": measured,
+        "assumptions": dict(ASSUMPTIONS),
+        "model": model(measured),
+        "command": command_line(),
+    }
     write_json(args.run_dir, "scale", result)
     print("\n" + render(result), flush=True)
     return 0

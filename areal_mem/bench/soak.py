@@ -17,6 +17,7 @@ but in none of these: must be 0), trained twice, partial groups, steps that trai
 than the staleness bound (all must be 0); with the faults, restarts and wall time it goes to
 `<run_dir>/soak_report.md` and `soak_report.json` (exit 1 if a must-be-0 is not).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,14 @@ from .output import command_line, markdown_table, write_json
 HELP = "soak: the debug recipe with one random fault (SIGKILL/SIGSTOP of a service) every N seconds"
 KINDS = ("rollout", "generator", "retriever", "buffer", "learner")
 # Small faults-first defaults: no SFT warm start, frequent checkpoints, restarts to spare.
-SOAK_OVERRIDES = ["run_dir=runs/soak", "learner.sft.warm_start=false", "learner.checkpoint_interval=5",
-                  "launcher.max_restarts=1000", "learner.steps=1000000", "rollout.tool_timeout_s=5"]
+SOAK_OVERRIDES = [
+    "run_dir=runs/soak",
+    "learner.sft.warm_start=false",
+    "learner.checkpoint_interval=5",
+    "launcher.max_restarts=1000",
+    "learner.steps=1000000",
+    "rollout.tool_timeout_s=5",
+]
 _STORED = re.compile(r"group (\S+) stored: (\d+) trajectories")
 
 
@@ -158,12 +165,16 @@ def account(run_dir: str, group_size: int, max_staleness: int) -> dict:
     versions = [r["version"] for r in rows]
     done = set(acked) | set(dropped) | set(pending)
     return {
-        "groups_produced": len(stored), "groups_trained": len(acked),
-        "trained_twice": len(acked) - len(set(acked)), "dropped_stale": len(set(dropped)),
-        "pending_at_end": len(pending), "lost": len(set(stored) - done),
+        "groups_produced": len(stored),
+        "groups_trained": len(acked),
+        "trained_twice": len(acked) - len(set(acked)),
+        "dropped_stale": len(set(dropped)),
+        "pending_at_end": len(pending),
+        "lost": len(set(stored) - done),
         "partial_groups": sum(1 for n in [*stored.values(), *pending.values()] if n != group_size)
         + sum(1 for r in rows if r.get("trajectories") != r.get("groups", 0) * group_size),
-        "train_steps_logged": len(rows), "last_version": versions[-1] if versions else 0,
+        "train_steps_logged": len(rows),
+        "last_version": versions[-1] if versions else 0,
         "versions_monotone": all(b >= a for a, b in zip(versions, versions[1:])),
         "steps_staler_than_bound": sum(1 for r in rows if r.get("staleness_max", 0) > max_staleness),
     }
@@ -174,8 +185,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--minutes", type=float, default=30.0, help="length of the run")
     parser.add_argument("--fault-every", type=float, default=180.0, help="seconds between faults")
-    parser.add_argument("--kinds", default=",".join(KINDS),
-                        help="fault kinds, drawn in shuffled rounds (each kind once per round)")
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help="fault kinds, drawn in shuffled rounds (each kind once per round)"
+    )
     parser.add_argument("--stall-s", type=float, default=10.0, help="how long a retriever stall lasts")
     parser.add_argument("--seed", type=int, default=0, help="draws the faults")
     add_config_arguments(parser)
@@ -221,27 +233,55 @@ def run(args: argparse.Namespace) -> int:
                 injector.inject(choices[0])
 
     injector = run_rl(cfg, tick, args.stall_s)
-    report = {"command": command_line(), "minutes": args.minutes, "fault_every_s": args.fault_every,
-              "faults": [asdict(f) for f in injector.faults], "restarts": injector.restarts(),
-              **account(cfg.run_dir, cfg.rollout.group_size, cfg.buffer.max_staleness),
-              "wall_s": round(time.monotonic() - wall0, 1)}
+    report = {
+        "command": command_line(),
+        "minutes": args.minutes,
+        "fault_every_s": args.fault_every,
+        "faults": [asdict(f) for f in injector.faults],
+        "restarts": injector.restarts(),
+        **account(cfg.run_dir, cfg.rollout.group_size, cfg.buffer.max_staleness),
+        "wall_s": round(time.monotonic() - wall0, 1),
+    }
     write_json(cfg.run_dir, "soak_report", report)
     text = render(report)
     with open(os.path.join(cfg.run_dir, "soak_report.md"), "w", encoding="utf-8") as f:
         f.write(text)
     print(text, flush=True)
-    ok = not (report["lost"] or report["trained_twice"] or report["partial_groups"]
-              or report["steps_staler_than_bound"] or not report["versions_monotone"])
+    ok = not (
+        report["lost"]
+        or report["trained_twice"]
+        or report["partial_groups"]
+        or report["steps_staler_than_bound"]
+        or not report["versions_monotone"]
+    )
     return 0 if ok else 1
 
 
 def render(report: dict) -> str:
-    faults = markdown_table(["time (s)", "kind", "process", "pid"],
-                            [[f["at_s"], f["kind"], f["target"], f["pid"]] for f in report["faults"]])
-    keys = ["groups_produced", "groups_trained", "dropped_stale", "pending_at_end", "lost",
-            "trained_twice", "partial_groups", "train_steps_logged", "last_version",
-            "versions_monotone", "steps_staler_than_bound", "wall_s"]
-    totals = markdown_table(["measure", "value"], [[k, report[k]] for k in keys] + [
-        ["restarts", ", ".join(f"{k} {v}" for k, v in sorted(report["restarts"].items())) or "none"]])
-    return (f"# Soak: {report['minutes']:g} min, one fault every {report['fault_every_s']:g} s\n\n"
-            f"`{report['command']}`\n\n## Faults\n\n{faults}\n\n## Outcome\n\n{totals}\n")
+    faults = markdown_table(
+        ["time (s)", "kind", "process", "pid"],
+        [[f["at_s"], f["kind"], f["target"], f["pid"]] for f in report["faults"]],
+    )
+    keys = [
+        "groups_produced",
+        "groups_trained",
+        "dropped_stale",
+        "pending_at_end",
+        "lost",
+        "trained_twice",
+        "partial_groups",
+        "train_steps_logged",
+        "last_version",
+        "versions_monotone",
+        "steps_staler_than_bound",
+        "wall_s",
+    ]
+    totals = markdown_table(
+        ["measure", "value"],
+        [[k, report[k]] for k in keys]
+        + [["restarts", ", ".join(f"{k} {v}" for k, v in sorted(report["restarts"].items())) or "none"]],
+    )
+    return (
+        f"# Soak: {report['minutes']:g} min, one fault every {report['fault_every_s']:g} s\n\n"
+        f"`{report['command']}`\n\n## Faults\n\n{faults}\n\n## Outcome\n\n{totals}\n"
+    )

@@ -1,6 +1,15 @@
 """The Arrow Flight replay buffer: schema, durable store, service, client, launcher."""
+
 from .client import Batch, BufferClient, BufferRefusedError
 from .schema import CONTEXT_SCHEMA, SchemaError, group_to_table, table_to_groups, validate_group
 
-__all__ = ["Batch", "BufferClient", "BufferRefusedError", "CONTEXT_SCHEMA", "SchemaError",
-           "group_to_table", "table_to_groups", "validate_group"]
+__all__ = [
+    "Batch",
+    "BufferClient",
+    "BufferRefusedError",
+    "CONTEXT_SCHEMA",
+    "SchemaError",
+    "group_to_table",
+    "table_to_groups",
+    "validate_group",
+]

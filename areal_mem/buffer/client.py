@@ -21,6 +21,7 @@ Learner::
 
 Calls are blocking and thread-safe; from asyncio use `asyncio.to_thread`.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,13 @@ from .service import BATCH_META
 
 log = logging.getLogger(__name__)
 # Errors of the connection, not of the request: reconnect and retry.
-RETRYABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError,
-             flight.FlightCancelledError, flight.FlightInternalError, ConnectionError)
+RETRYABLE = (
+    flight.FlightUnavailableError,
+    flight.FlightTimedOutError,
+    flight.FlightCancelledError,
+    flight.FlightInternalError,
+    ConnectionError,
+)
 
 
 class BufferRefusedError(ValueError):
@@ -92,13 +98,13 @@ class BufferClient:
     _client: Optional[flight.FlightClient] = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     # group ids of the batches this client got, newest last: an ack after a buffer restart names them
-    _served: "OrderedDict[str, List[str]]" = field(default_factory=OrderedDict, init=False, repr=False)
+    _served: OrderedDict[str, List[str]] = field(default_factory=OrderedDict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.token = self.token or os.environ.get(TOKEN_ENV, "")
 
     @classmethod
-    def from_config(cls, cfg) -> "BufferClient":
+    def from_config(cls, cfg) -> BufferClient:
         """A client of `cfg.url` (a `BufferConfig`) that waits out a restart of the buffer."""
         return cls(cfg.url, token=cfg.token, retry_window_s=cfg.client_retry_window_s)
 
@@ -122,8 +128,7 @@ class BufferClient:
 
     def put_table(self, table: pa.Table, group_id: str, slot: str = "") -> bool:
         """`put_group` for a table of context rows that is already built."""
-        descriptor = flight.FlightDescriptor.for_command(
-            json.dumps({"group_id": group_id, "slot": slot}).encode())
+        descriptor = flight.FlightDescriptor.for_command(json.dumps({"group_id": group_id, "slot": slot}).encode())
 
         def put(client: flight.FlightClient) -> bool:
             writer, _ = client.do_put(descriptor, table.schema, self._options())
@@ -139,8 +144,7 @@ class BufferClient:
             raise
 
     # -- learner side ---------------------------------------------------------
-    def get_batch(self, n_groups: int, timeout_s: Optional[float] = None,
-                  poll_s: float = 10.0) -> Batch:
+    def get_batch(self, n_groups: int, timeout_s: Optional[float] = None, poll_s: float = 10.0) -> Batch:
         """The oldest `n_groups` admissible groups; waits for them (TimeoutError after
         `timeout_s`, forever when None). Serve it again with the same id on retry."""
         request_id = uuid.uuid4().hex
@@ -148,8 +152,7 @@ class BufferClient:
         dropped = 0
         while True:
             wait = poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic()))
-            ticket = flight.Ticket(json.dumps(
-                {"n": n_groups, "request_id": request_id, "wait_s": wait}).encode())
+            ticket = flight.Ticket(json.dumps({"n": n_groups, "request_id": request_id, "wait_s": wait}).encode())
             table = self._retry(lambda c: c.do_get(ticket, self._options(wait)).read_all())
             meta = json.loads(table.schema.metadata[BATCH_META])
             dropped += meta["dropped_stale"]
@@ -158,11 +161,11 @@ class BufferClient:
                     self._served[meta["batch_id"]] = list(meta["group_ids"])
                     while len(self._served) > 64:
                         self._served.popitem(last=False)
-                return Batch(meta["batch_id"], table.replace_schema_metadata(None),
-                             meta["group_ids"], dropped, meta["version"])
+                return Batch(
+                    meta["batch_id"], table.replace_schema_metadata(None), meta["group_ids"], dropped, meta["version"]
+                )
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"buffer {self.url}: fewer than {n_groups} admissible groups "
-                                   f"after {timeout_s} s")
+                raise TimeoutError(f"buffer {self.url}: fewer than {n_groups} admissible groups after {timeout_s} s")
 
     def ack(self, batch_id: str) -> int:
         """The batch was trained: its groups are never served again. Returns their count
@@ -191,7 +194,7 @@ class BufferClient:
         if client is not None:
             client.close()
 
-    def __enter__(self) -> "BufferClient":
+    def __enter__(self) -> BufferClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -227,10 +230,10 @@ class BufferClient:
                 raise _refusal(e) from None
             except RETRYABLE as e:
                 if attempt > self.max_retries and time.monotonic() >= deadline:
-                    raise ConnectionError(f"buffer {self.url}: unreachable after {attempt} attempts "
-                                          f"in {self.retry_window_s:.0f}+ s: {e}") from e
-                log.warning("buffer %s: %s; reconnecting in %.1f s", self.url,
-                            str(e).splitlines()[0], delay)
+                    raise ConnectionError(
+                        f"buffer {self.url}: unreachable after {attempt} attempts in {self.retry_window_s:.0f}+ s: {e}"
+                    ) from e
+                log.warning("buffer %s: %s; reconnecting in %.1f s", self.url, str(e).splitlines()[0], delay)
                 with self._lock:  # a fresh connection; other threads may still use the old one
                     if self._client is client:
                         self._client = None

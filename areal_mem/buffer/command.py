@@ -1,4 +1,5 @@
 """`areal-mem buffer serve`: run the replay buffer service."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,11 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     sub = parser.add_subparsers(dest="buffer_command", metavar="<subcommand>", required=True)
     serve = sub.add_parser(
-        "serve", help="serve the buffer until SIGTERM/SIGINT",
+        "serve",
+        help="serve the buffer until SIGTERM/SIGINT",
         description="Serve the replay buffer over Arrow Flight. Accepted groups are stored "
-                    "under <run-dir>/buffer and served again after a restart until acked. "
-                    "Config keys: buffer.* (see docs/buffer.md); the token may come from "
-                    f"${TOKEN_ENV} instead of the command line.")
+        "under <run-dir>/buffer and served again after a restart until acked. "
+        "Config keys: buffer.* (see docs/buffer.md); the token may come from "
+        f"${TOKEN_ENV} instead of the command line.",
+    )
     serve.add_argument("--run-dir", help="run directory (default: run_dir of the config)")
     serve.add_argument("--host", help="bind address (default: buffer.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default: buffer.port; 0 picks a free one)")
@@ -42,20 +45,29 @@ def run(args: argparse.Namespace) -> int:
     max_running = b.max_running_groups or cfg.rollout.num_workers * cfg.rollout.max_concurrent_groups
     try:
         service = BufferService(
-            os.path.join(run_dir, "buffer"), host=args.host or b.host,
+            os.path.join(run_dir, "buffer"),
+            host=args.host or b.host,
             port=b.port if args.port is None else args.port,
-            token=b.token or os.environ.get(TOKEN_ENV, ""), max_staleness=b.max_staleness,
-            batch_groups=b.batch_groups, max_running=max_running,
-            max_memory_groups=b.max_memory_groups, fsync=b.fsync, slot_ttl_s=b.slot_ttl_s,
-            max_group_bytes=int(b.max_group_mb * (1 << 20)))
+            token=b.token or os.environ.get(TOKEN_ENV, ""),
+            max_staleness=b.max_staleness,
+            batch_groups=b.batch_groups,
+            max_running=max_running,
+            max_memory_groups=b.max_memory_groups,
+            fsync=b.fsync,
+            slot_ttl_s=b.slot_ttl_s,
+            max_group_bytes=int(b.max_group_mb * (1 << 20)),
+        )
     except (InsecureBindError, ValueError) as e:
         print(f"areal-mem buffer: {e}", file=sys.stderr)
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: threading.Thread(target=service.shutdown).start())
     stats = service.stats()
-    print(f"areal-mem buffer: serving {service.url} (run dir {run_dir}; {stats['pending_groups']} group(s) "
-          f"recovered, version {stats['version']})", flush=True)
+    print(
+        f"areal-mem buffer: serving {service.url} (run dir {run_dir}; {stats['pending_groups']} group(s) "
+        f"recovered, version {stats['version']})",
+        flush=True,
+    )
     write_ready_file(args.ready_file, service.url)
     service.serve()
     print("areal-mem buffer: stopped", flush=True)

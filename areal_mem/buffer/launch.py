@@ -1,4 +1,5 @@
 """Start the buffer service as a real subprocess and wait until it answers."""
+
 from __future__ import annotations
 
 import os
@@ -13,18 +14,38 @@ from .command import TOKEN_ENV
 class BufferProcess:
     """`areal-mem buffer serve` in a subprocess; its output goes to `<run_dir>/buffer/serve.log`."""
 
-    def __init__(self, run_dir: str, port: int = 0, token: str = "",
-                 overrides: Iterable[str] = (), config_files: Iterable[str] = (),
-                 ready_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        run_dir: str,
+        port: int = 0,
+        token: str = "",
+        overrides: Iterable[str] = (),
+        config_files: Iterable[str] = (),
+        ready_timeout_s: float = 60.0,
+    ) -> None:
         self.run_dir, self.token = run_dir, token
         ready = ready_file_path("buffer")
-        cmd = [sys.executable, "-m", "areal_mem.cli", "buffer", "serve", "--run-dir", run_dir,
-               "--port", str(port), "--ready-file", ready]
+        cmd = [
+            sys.executable,
+            "-m",
+            "areal_mem.cli",
+            "buffer",
+            "serve",
+            "--run-dir",
+            run_dir,
+            "--port",
+            str(port),
+            "--ready-file",
+            ready,
+        ]
         for f in config_files:
             cmd += ["--config", f]
-        self.child = ChildProcess("buffer", cmd + list(overrides),
-                                  os.path.join(run_dir, "buffer", "serve.log"),
-                                  {TOKEN_ENV: token} if token else {}).start()  # never on argv
+        self.child = ChildProcess(
+            "buffer",
+            cmd + list(overrides),
+            os.path.join(run_dir, "buffer", "serve.log"),
+            {TOKEN_ENV: token} if token else {},
+        ).start()  # never on argv
         self.log_path = self.child.log_path
         self.url = wait_ready(self.child, ready, ready_timeout_s)
         self.client(max_retries=20).stats()  # answers, with the token if any
@@ -40,7 +61,7 @@ class BufferProcess:
         """SIGKILL: a crash, nothing flushed or closed."""
         self.child.kill()
 
-    def __enter__(self) -> "BufferProcess":
+    def __enter__(self) -> BufferProcess:
         return self
 
     def __exit__(self, *exc) -> None:

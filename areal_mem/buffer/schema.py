@@ -5,6 +5,7 @@ is the check the buffer service applies to every put, so a writer that bypasses
 `group_to_table` is held to the same contract. Floats are stored as float32:
 a round trip is bit for bit for values that are float32 already.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List
@@ -15,19 +16,21 @@ import pyarrow.compute as pc
 
 from ..trajectory import Context, Group, Trajectory
 
-CONTEXT_SCHEMA = pa.schema([
-    pa.field("group_id", pa.string(), nullable=False),
-    pa.field("traj_id", pa.string(), nullable=False),
-    pa.field("turn", pa.int32(), nullable=False),
-    pa.field("is_final", pa.bool_(), nullable=False),
-    pa.field("input_ids", pa.list_(pa.int32()), nullable=False),
-    pa.field("prompt_len", pa.int32(), nullable=False),
-    pa.field("loss_mask", pa.list_(pa.int8()), nullable=False),
-    pa.field("behav_logp", pa.list_(pa.float32()), nullable=False),
-    pa.field("versions", pa.list_(pa.int32()), nullable=False),
-    pa.field("reward", pa.float32(), nullable=False),
-    pa.field("start_version", pa.int32(), nullable=False),
-])
+CONTEXT_SCHEMA = pa.schema(
+    [
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("traj_id", pa.string(), nullable=False),
+        pa.field("turn", pa.int32(), nullable=False),
+        pa.field("is_final", pa.bool_(), nullable=False),
+        pa.field("input_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("prompt_len", pa.int32(), nullable=False),
+        pa.field("loss_mask", pa.list_(pa.int8()), nullable=False),
+        pa.field("behav_logp", pa.list_(pa.float32()), nullable=False),
+        pa.field("versions", pa.list_(pa.int32()), nullable=False),
+        pa.field("reward", pa.float32(), nullable=False),
+        pa.field("start_version", pa.int32(), nullable=False),
+    ]
+)
 REQUIRED = tuple(CONTEXT_SCHEMA.names)
 # Extra columns hold flat per-trajectory scalars (Trajectory.info); anything
 # nested is refused so every batch can be concatenated.
@@ -48,8 +51,7 @@ def group_to_table(group: Group) -> pa.Table:
     for traj in group.trajectories:
         for key in traj.info:
             if key in CONTEXT_SCHEMA.names:
-                raise SchemaError(f"trajectory {traj.traj_id!r}: info key {key!r} clashes with a "
-                                  f"context-row column")
+                raise SchemaError(f"trajectory {traj.traj_id!r}: info key {key!r} clashes with a context-row column")
             if key not in info_keys:
                 info_keys.append(key)
     extras: Dict[str, list] = {key: [] for key in info_keys}
@@ -71,8 +73,10 @@ def group_to_table(group: Group) -> pa.Table:
             cols["start_version"].append(traj.start_version)
             for key in info_keys:
                 extras[key].append(traj.info.get(key))
-    arrays = [_list_array(cols[f.name], f.type) if pa.types.is_list(f.type)
-              else pa.array(cols[f.name], type=f.type) for f in CONTEXT_SCHEMA]
+    arrays = [
+        _list_array(cols[f.name], f.type) if pa.types.is_list(f.type) else pa.array(cols[f.name], type=f.type)
+        for f in CONTEXT_SCHEMA
+    ]
     table = pa.Table.from_arrays(arrays, schema=CONTEXT_SCHEMA)
     for key in info_keys:
         try:
@@ -90,8 +94,7 @@ def table_to_groups(table: pa.Table) -> List[Group]:
     """
     extra = [n for n in table.column_names if n not in REQUIRED]
     data = {name: table.column(name) for name in table.column_names}
-    scalars = {n: data[n].to_pylist() for n in ("group_id", "traj_id", "prompt_len", "reward",
-                                                "start_version", *extra)}
+    scalars = {n: data[n].to_pylist() for n in ("group_id", "traj_id", "prompt_len", "reward", "start_version", *extra)}
     groups: Dict[str, Group] = {}
     trajs: Dict[tuple, Trajectory] = {}
     by_turn = np.argsort(table.column("turn").to_numpy(), kind="stable")
@@ -104,17 +107,22 @@ def table_to_groups(table: pa.Table) -> List[Group]:
         traj = trajs.get((gid, tid))
         if traj is None:
             traj = trajs[(gid, tid)] = Trajectory(
-                traj_id=tid, contexts=[], reward=scalars["reward"][i],
+                traj_id=tid,
+                contexts=[],
+                reward=scalars["reward"][i],
                 start_version=scalars["start_version"][i],
-                info={n: scalars[n][i] for n in extra})
+                info={n: scalars[n][i] for n in extra},
+            )
             group.trajectories.append(traj)
-        traj.contexts.append(Context(
-            input_ids=_row(data["input_ids"], i).tolist(),
-            prompt_len=scalars["prompt_len"][i],
-            loss_mask=_row(data["loss_mask"], i).tolist(),
-            behav_logp=_row(data["behav_logp"], i).tolist(),
-            versions=_row(data["versions"], i).tolist(),
-        ))
+        traj.contexts.append(
+            Context(
+                input_ids=_row(data["input_ids"], i).tolist(),
+                prompt_len=scalars["prompt_len"][i],
+                loss_mask=_row(data["loss_mask"], i).tolist(),
+                behav_logp=_row(data["behav_logp"], i).tolist(),
+                versions=_row(data["versions"], i).tolist(),
+            )
+        )
     return list(groups.values())
 
 
@@ -142,8 +150,10 @@ def validate_group(table: pa.Table, group_id: str = "") -> str:
             raise SchemaError(f"column {field.name!r} has null elements inside its lists")
     for name in table.column_names:
         if name not in REQUIRED and table.schema.field(name).type not in EXTRA_TYPES:
-            raise SchemaError(f"extra column {name!r} is {table.schema.field(name).type}; extra "
-                              f"columns must be flat bool/int64/float64/string")
+            raise SchemaError(
+                f"extra column {name!r} is {table.schema.field(name).type}; extra "
+                f"columns must be flat bool/int64/float64/string"
+            )
     gids = pc.unique(table.column("group_id"))
     if len(gids) != 1:
         raise SchemaError(f"a put holds exactly one group; got group ids {gids.to_pylist()[:5]}")
@@ -158,15 +168,15 @@ def validate_group(table: pa.Table, group_id: str = "") -> str:
     bad = np.flatnonzero((prompt_len < 0) | (response < 0))
     if bad.size:
         i = int(bad[0])
-        raise SchemaError(f"row {i}: prompt_len {prompt_len[i]} is outside 0..{n_ids[i]} "
-                          f"(len(input_ids))")
+        raise SchemaError(f"row {i}: prompt_len {prompt_len[i]} is outside 0..{n_ids[i]} (len(input_ids))")
     for name in _PER_TOKEN:
         lengths = pc.list_value_length(table.column(name)).to_numpy()
         bad = np.flatnonzero(lengths != response)
         if bad.size:
             i = int(bad[0])
-            raise SchemaError(f"row {i}: {name} has {lengths[i]} entries, expected "
-                              f"len(input_ids) - prompt_len = {response[i]}")
+            raise SchemaError(
+                f"row {i}: {name} has {lengths[i]} entries, expected len(input_ids) - prompt_len = {response[i]}"
+            )
     mask = pc.list_flatten(table.column("loss_mask"))
     if len(mask) and not pc.all(pc.is_in(mask, pa.array([0, 1], pa.int8()))).as_py():
         raise SchemaError("loss_mask holds values other than 0 and 1")
@@ -180,8 +190,10 @@ def concat_groups(tables: List[pa.Table]) -> pa.Table:
         return pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         # The same info key with incompatible types in two groups: keep it as text.
-        as_text = [t.cast(pa.schema([f if f.name in REQUIRED else pa.field(f.name, pa.string())
-                                     for f in t.schema])) for t in tables]
+        as_text = [
+            t.cast(pa.schema([f if f.name in REQUIRED else pa.field(f.name, pa.string()) for f in t.schema]))
+            for t in tables
+        ]
         return pa.concat_tables(as_text, promote_options="permissive")
 
 
@@ -200,11 +212,12 @@ def _check_trajectories(table: pa.Table) -> None:
             raise SchemaError(f"trajectory {tid!r}: duplicate turn numbers {sorted(t.tolist())}")
         finals = [i for i in idx if final[i]]
         if len(finals) != 1 or turns[finals[0]] != t.max():
-            raise SchemaError(f"trajectory {tid!r}: needs exactly one is_final row, at its last "
-                              f"turn {int(t.max())}; got {len(finals)}")
+            raise SchemaError(
+                f"trajectory {tid!r}: needs exactly one is_final row, at its last "
+                f"turn {int(t.max())}; got {len(finals)}"
+            )
         if len(set(reward[idx].tolist())) != 1 or len(set(start[idx].tolist())) != 1:
-            raise SchemaError(f"trajectory {tid!r}: reward and start_version must be the same on "
-                              f"all its contexts")
+            raise SchemaError(f"trajectory {tid!r}: reward and start_version must be the same on all its contexts")
 
 
 def _rows_by_trajectory(gids: list, tids: list, by_turn: np.ndarray) -> List[int]:

@@ -19,6 +19,7 @@ Refusals are `FlightServerError`s whose `extra_info` is JSON `{"code": ...}`
 JSON bodies are strict: unknown fields, wrong types and bodies over `MAX_JSON_BYTES` are
 refused as "invalid" naming the field (this is our own protocol; a typo must not pass).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,19 +43,24 @@ BATCH_META = b"areal_mem.batch"
 MAX_WAIT_S = 30.0  # longest server-side wait of one call; clients poll again
 ACKED_BATCHES_KEPT = 1024  # acked batch ids remembered to answer a retried ack "already"
 MAX_JSON_BYTES = 64 << 10  # a descriptor, ticket or action body is a few fields
-MAX_VERSION = 2 ** 31 - 1  # versions are int32 in the context rows
+MAX_VERSION = 2**31 - 1  # versions are int32 in the context rows
 ACTIONS = {
     "acquire": '{"wait_s"?} -> {"slot": id or "", "capacity", "version"}',
     "release": '{"slot"} -> {"released": bool}',
     "set_version": '{"version"} -> {"version", "dropped_stale"}',
     "ack": '{"batch_id", "group_ids"?} -> {"acked": groups, "already": bool}',
     "requeue": '{"batch_id"?} -> {"requeued": groups} (all unacked batches when no id)',
-    "stats": '{} -> counters',
+    "stats": "{} -> counters",
 }
 FIELDS = {  # the fields each JSON body may hold
-    "do_put": ("group_id", "slot"), "do_get": ("n", "request_id", "wait_s"),
-    "acquire": ("wait_s",), "release": ("slot",), "set_version": ("version",),
-    "ack": ("batch_id", "group_ids"), "requeue": ("batch_id",), "stats": (),
+    "do_put": ("group_id", "slot"),
+    "do_get": ("n", "request_id", "wait_s"),
+    "acquire": ("wait_s",),
+    "release": ("slot",),
+    "set_version": ("version",),
+    "ack": ("batch_id", "group_ids"),
+    "requeue": ("batch_id",),
+    "stats": (),
 }
 
 
@@ -63,18 +69,34 @@ def refuse(code: str, message: str) -> flight.FlightServerError:
 
 
 class BufferService(flight.FlightServerBase):
-    def __init__(self, data_dir: str, *, host: str = "127.0.0.1", port: int = 0,
-                 token: str = "", max_staleness: int = 2, batch_groups: int = 8,
-                 max_running: int = 16, max_memory_groups: int = 256, fsync: bool = True,
-                 slot_ttl_s: float = 0.0, max_group_bytes: int = 256 << 20) -> None:
+    def __init__(
+        self,
+        data_dir: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str = "",
+        max_staleness: int = 2,
+        batch_groups: int = 8,
+        max_running: int = 16,
+        max_memory_groups: int = 256,
+        fsync: bool = True,
+        slot_ttl_s: float = 0.0,
+        max_group_bytes: int = 256 << 20,
+    ) -> None:
         check_bind("buffer", host, token)
         if max_group_bytes <= 0:  # before the store is opened and recovered
             raise ValueError(f"buffer.max_group_mb must be > 0, got {max_group_bytes / (1 << 20):g}")
         self.store = GroupStore(data_dir, fsync=fsync)
         rec = self.store.recover(max_staleness)
-        self.staleness = StalenessManager(max_staleness, batch_groups, max_running,
-                                          version=rec.version, trained_batches=rec.acked_batches,
-                                          clock=rec.clock)
+        self.staleness = StalenessManager(
+            max_staleness,
+            batch_groups,
+            max_running,
+            version=rec.version,
+            trained_batches=rec.acked_batches,
+            clock=rec.clock,
+        )
         self.max_memory_groups = max_memory_groups
         self.max_group_bytes = max_group_bytes
         self.slot_ttl_s = slot_ttl_s
@@ -87,14 +109,22 @@ class BufferService(flight.FlightServerBase):
         self._reserved: set = set()  # puts in progress
         self._next_seq = rec.next_seq
         self._batches: Dict[str, List[GroupEntry]] = {}  # served, not acked
-        self._acked_batches: "OrderedDict[str, None]" = OrderedDict()  # the newest ACKED_BATCHES_KEPT
+        self._acked_batches: OrderedDict[str, None] = OrderedDict()  # the newest ACKED_BATCHES_KEPT
         self._slots: Dict[str, float] = {}  # slot id -> expiry (monotonic; inf: none)
         self._held = 0  # groups whose table is in memory (bounded by max_memory_groups)
         self.staleness.accepted = len(rec.pending) + rec.acked
-        self.counters = {"groups_put": 0, "bytes_put": 0, "groups_served": 0, "bytes_served": 0,
-                         "groups_acked": 0, "dropped_stale": 0, "slots_expired": 0,
-                         "refused_invalid": 0, "refused_duplicate": 0,
-                         "recovered_groups": len(rec.pending)}
+        self.counters = {
+            "groups_put": 0,
+            "bytes_put": 0,
+            "groups_served": 0,
+            "bytes_served": 0,
+            "groups_acked": 0,
+            "dropped_stale": 0,
+            "slots_expired": 0,
+            "refused_invalid": 0,
+            "refused_duplicate": 0,
+            "recovered_groups": len(rec.pending),
+        }
         middleware = {"auth": _TokenAuth(token)} if token else {}
         netloc = f"[{host}]" if ":" in host else host  # an IPv6 address
         super().__init__(f"grpc://{netloc}:{port}", middleware=middleware)
@@ -113,8 +143,10 @@ class BufferService(flight.FlightServerBase):
                 continue
             size += chunk.data.nbytes
             if size > self.max_group_bytes:
-                raise SchemaError(f"the stream passed {size} bytes, over the limit of "
-                                  f"{self.max_group_bytes} bytes (buffer.max_group_mb)")
+                raise SchemaError(
+                    f"the stream passed {size} bytes, over the limit of "
+                    f"{self.max_group_bytes} bytes (buffer.max_group_mb)"
+                )
             chunks.append(chunk.data)
         return pa.Table.from_batches(chunks, schema=reader.schema)
 
@@ -167,15 +199,21 @@ class BufferService(flight.FlightServerBase):
         request_id = _get(body, "request_id", str, "")
         wait_s = _wait_s(body)
         if not 1 <= n <= MAX_VERSION or not request_id:
-            raise refuse("invalid", f"do_get ticket needs n >= 1 (field 'n', at most {MAX_VERSION}) and a "
-                                    f"non-empty field 'request_id'; got n={str(n)[:40]}, "
-                                    f"request_id={request_id[:80]!r}")
+            raise refuse(
+                "invalid",
+                f"do_get ticket needs n >= 1 (field 'n', at most {MAX_VERSION}) and a "
+                f"non-empty field 'request_id'; got n={str(n)[:40]}, "
+                f"request_id={request_id[:80]!r}",
+            )
         entries, dropped = self._take(request_id, n, wait_s)
         tables = [self.store.read(e) for e in entries]
         table = concat_groups(tables) if tables else CONTEXT_SCHEMA.empty_table()
-        meta = {"batch_id": request_id if entries else "",
-                "group_ids": [e.group_id for e in entries],
-                "dropped_stale": dropped, "version": self.staleness.version}
+        meta = {
+            "batch_id": request_id if entries else "",
+            "group_ids": [e.group_id for e in entries],
+            "dropped_stale": dropped,
+            "version": self.staleness.version,
+        }
         table = table.replace_schema_metadata({BATCH_META: json.dumps(meta).encode()})
         with self._cond:
             self.counters["bytes_served"] += table.nbytes
@@ -225,8 +263,7 @@ class BufferService(flight.FlightServerBase):
         handler = getattr(self, f"_action_{action.type}", None)
         if action.type not in ACTIONS or handler is None:
             raise refuse("invalid", f"unknown action {action.type!r}; known: {', '.join(ACTIONS)}")
-        result = handler(_json_object(action.body.to_pybytes(), f"action {action.type!r} body",
-                                      FIELDS[action.type]))
+        result = handler(_json_object(action.body.to_pybytes(), f"action {action.type!r} body", FIELDS[action.type]))
         yield flight.Result(json.dumps(result).encode())
 
     def _action_acquire(self, body: Dict[str, Any]) -> Dict[str, Any]:
@@ -236,16 +273,14 @@ class BufferService(flight.FlightServerBase):
                 self._expire_slots()
                 if self.staleness.try_acquire():
                     slot = uuid.uuid4().hex
-                    self._slots[slot] = (time.monotonic() + self.slot_ttl_s if self.slot_ttl_s
-                                         else float("inf"))
+                    self._slots[slot] = time.monotonic() + self.slot_ttl_s if self.slot_ttl_s else float("inf")
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     slot = ""
                     break
                 self._cond.wait(min(left, 1.0) if self.slot_ttl_s else left)
-            return {"slot": slot, "capacity": self.staleness.capacity(),
-                    "version": self.staleness.version}
+            return {"slot": slot, "capacity": self.staleness.capacity(), "version": self.staleness.version}
 
     def _action_release(self, body: Dict[str, Any]) -> Dict[str, Any]:
         slot = _get(body, "slot", str, "")
@@ -259,8 +294,9 @@ class BufferService(flight.FlightServerBase):
     def _action_set_version(self, body: Dict[str, Any]) -> Dict[str, Any]:
         version = _get(body, "version", int, None)
         if version is None or not 0 <= version <= MAX_VERSION:
-            raise refuse("invalid", f"field 'version': set_version needs a version in 0..{MAX_VERSION}; "
-                                    f"got {str(version)[:40]}")
+            raise refuse(
+                "invalid", f"field 'version': set_version needs a version in 0..{MAX_VERSION}; got {str(version)[:40]}"
+            )
         with self._cond:
             if version != self.staleness.version:
                 self.staleness.set_version(version)
@@ -281,8 +317,10 @@ class BufferService(flight.FlightServerBase):
             if entries is None:  # a restart re-queued it: ack its groups if none was served again
                 entries = self._requeued(_get(body, "group_ids", list, []))
             if entries is None:
-                raise refuse("unknown_batch", f"unknown batch {batch_id!r} (never served, or "
-                                              f"re-queued by a restart of the buffer)")
+                raise refuse(
+                    "unknown_batch",
+                    f"unknown batch {batch_id!r} (never served, or re-queued by a restart of the buffer)",
+                )
             self.store.record_done("ack", entries, batch_id=batch_id)
             self._acked_batches[batch_id] = None
             while len(self._acked_batches) > ACKED_BATCHES_KEPT:
@@ -314,13 +352,21 @@ class BufferService(flight.FlightServerBase):
         with self._cond:
             self._expire_slots()
             s = self.staleness
-            return {**self.counters, "version": s.version, "clock": s.clock, "accepted": s.accepted,
-                    "running": s.running, "capacity": s.capacity(),
-                    "max_staleness": s.max_staleness, "batch_groups": s.batch_groups,
-                    "max_running": s.max_running, "pending_groups": len(self._pending),
-                    "outstanding_batches": len(self._batches),
-                    "outstanding_groups": sum(len(b) for b in self._batches.values()),
-                    "in_memory_groups": self._held}
+            return {
+                **self.counters,
+                "version": s.version,
+                "clock": s.clock,
+                "accepted": s.accepted,
+                "running": s.running,
+                "capacity": s.capacity(),
+                "max_staleness": s.max_staleness,
+                "batch_groups": s.batch_groups,
+                "max_running": s.max_running,
+                "pending_groups": len(self._pending),
+                "outstanding_batches": len(self._batches),
+                "outstanding_groups": sum(len(b) for b in self._batches.values()),
+                "in_memory_groups": self._held,
+            }
 
     # -- helpers --------------------------------------------------------------
     def _requeued(self, group_ids: List[Any]) -> Optional[List[GroupEntry]]:
@@ -351,8 +397,7 @@ class BufferService(flight.FlightServerBase):
             del self._slots[slot]
             self.staleness.release()
             self.counters["slots_expired"] += 1
-            log.warning("rollout slot %s expired after %.0f s without a put or release",
-                        slot, self.slot_ttl_s)
+            log.warning("rollout slot %s expired after %.0f s without a put or release", slot, self.slot_ttl_s)
 
 
 class _TokenAuth(flight.ServerMiddlewareFactory):
@@ -380,8 +425,7 @@ def _json_object(raw: bytes, what: str, allowed: tuple) -> Dict[str, Any]:
         raise refuse("invalid", f"{what} must be a JSON object, got {type(body).__name__}")
     unknown = sorted(set(body) - set(allowed))
     if unknown:
-        raise refuse("invalid", f"{what}: unknown field {unknown[0][:80]!r}; allowed: "
-                                f"{', '.join(allowed) or 'none'}")
+        raise refuse("invalid", f"{what}: unknown field {unknown[0][:80]!r}; allowed: {', '.join(allowed) or 'none'}")
     return body
 
 
@@ -395,6 +439,5 @@ def _get(body: Dict[str, Any], key: str, typ, default):
     value = body.get(key, default)
     if value is not default and (not isinstance(value, typ) or isinstance(value, bool)):
         names = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
-        raise refuse("invalid", f"field {key!r} must be {names}, got {type(value).__name__} "
-                                f"{str(value)[:60]}")
+        raise refuse("invalid", f"field {key!r} must be {names}, got {type(value).__name__} {str(value)[:60]}")
     return value

@@ -18,6 +18,7 @@ those ids would be dropped as stale anyway, so recovery does not load them, and
 rewrites the ledger without them once `compact_min_records` such records piled up
 (`acked_total` and `acked_batches_total` keep the counts): memory and the ledger stay bounded.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -95,8 +96,7 @@ class GroupStore:
         except BaseException:
             _unlink(path)
             raise
-        return GroupEntry(seq, group_id, path, _start_version(table), table.num_rows,
-                          table.nbytes)
+        return GroupEntry(seq, group_id, path, _start_version(table), table.num_rows, table.nbytes)
 
     @staticmethod
     def read(entry: GroupEntry) -> pa.Table:
@@ -146,19 +146,27 @@ class GroupStore:
             if gid in done:
                 _unlink(path)  # the ledger says acked/dropped; the crash came before the delete
                 continue
-            pending.append(GroupEntry(seq, gid, path, _start_version(table), table.num_rows,
-                                      table.nbytes))
-        done = {gid: rec.get("start", version) for rec in kept
-                for gid in (*rec.get("ack", ()), *rec.get("drop", ()))}
+            pending.append(GroupEntry(seq, gid, path, _start_version(table), table.num_rows, table.nbytes))
+        done = {gid: rec.get("start", version) for rec in kept for gid in (*rec.get("ack", ()), *rec.get("drop", ()))}
         if len(records) - len(kept) >= self.compact_min_records:
             kept_acked = sum(len(rec.get("ack", ())) for rec in kept)
             kept_batches = sum(1 for rec in kept if "ack" in rec)
-            head = {"version": version, "acked_total": acked - kept_acked,
-                    "acked_batches_total": batches - kept_batches}
-            self._rewrite([{**head, **({} if clock is None else {"clock": clock})},
-                           *({k: v for k, v in r.items() if k != "version"} for r in kept)])
-            log.info("%s: compacted; %d record(s) past the staleness horizon forgotten",
-                     self.ledger_path, len(records) - len(kept))
+            head = {
+                "version": version,
+                "acked_total": acked - kept_acked,
+                "acked_batches_total": batches - kept_batches,
+            }
+            self._rewrite(
+                [
+                    {**head, **({} if clock is None else {"clock": clock})},
+                    *({k: v for k, v in r.items() if k != "version"} for r in kept),
+                ]
+            )
+            log.info(
+                "%s: compacted; %d record(s) past the staleness horizon forgotten",
+                self.ledger_path,
+                len(records) - len(kept),
+            )
         return Recovered(pending, set(done), done, acked, version, max_seq + 1, batches, clock)
 
     def _read_ledger(self) -> Tuple[List[Dict], int, int, int, Optional[int]]:

@@ -1,4 +1,5 @@
 """The `--config FILE ... key=value ...` arguments that every config-driven command takes."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,12 +12,14 @@ from ..config import load_config
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", "-c", action="append", default=[], metavar="FILE",
+        "--config",
+        "-c",
+        action="append",
+        default=[],
+        metavar="FILE",
         help="YAML config; repeat to layer several (later files win)",
     )
-    parser.add_argument(
-        "overrides", nargs="*", metavar="key.sub=value", help="override one config key"
-    )
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override one config key")
 
 
 def config_from_args(args: argparse.Namespace, optional: Iterable[str] = ()) -> DictConfig:

@@ -1,4 +1,5 @@
 """`areal-mem config`: print the resolved configuration (and optionally save it)."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """Typed configuration: one structured schema per component under one root `RunConfig`."""
+
 from .loading import ConfigError, load_config, save_resolved, to_yaml
 from .run import RunConfig
 

@@ -1,4 +1,5 @@
 """The Arrow Flight replay buffer and its staleness bound."""
+
 from dataclasses import dataclass
 
 

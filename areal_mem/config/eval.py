@@ -1,4 +1,5 @@
 """Evaluation of a workflow on a question file."""
+
 from dataclasses import dataclass
 
 

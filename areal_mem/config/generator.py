@@ -1,4 +1,5 @@
 """Generator servers: SGLang on GPUs or the embedded CPU server, and the client."""
+
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import List

@@ -1,4 +1,5 @@
 """How the services are started: all on this machine, or as Ray actors."""
+
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List
@@ -17,6 +18,7 @@ class RayBind(str, Enum):
 
 class PlacementStrategy(str, Enum):
     """Ray placement-group strategies for the learner ranks."""
+
     PACK = "PACK"
     SPREAD = "SPREAD"
     STRICT_PACK = "STRICT_PACK"
@@ -26,6 +28,7 @@ class PlacementStrategy(str, Enum):
 @dataclass
 class RayRoleResources:
     """What one actor of a role reserves; negative: what the run plan asks for."""
+
     num_cpus: float = -1.0  # plan: 1
     num_gpus: float = -1.0  # plan: 1 per SGLang generator, else 0
     resources: Dict[str, float] = field(default_factory=dict)  # custom Ray resources, e.g. {"gpu_node": 1}

@@ -1,4 +1,5 @@
 """The DeepSpeed learner: optimisation, loss, publishing and checkpoints."""
+
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import List

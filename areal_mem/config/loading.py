@@ -4,6 +4,7 @@ Every failure becomes one `ConfigError` that names the key, where it came from
 (file and line, or the command-line override) and what is allowed there, so a
 typo in a 50-line recipe is found without reading a traceback.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,7 +25,9 @@ class ConfigError(ValueError):
 
 
 def load_config(
-    files: Iterable[str] = (), overrides: Iterable[str] = (), schema: type = RunConfig,
+    files: Iterable[str] = (),
+    overrides: Iterable[str] = (),
+    schema: type = RunConfig,
     optional: Iterable[str] = (),
 ) -> DictConfig:
     """Merge `files` then `overrides` onto `schema`; check nothing required is missing.
@@ -107,9 +110,7 @@ def _merge(cfg: DictConfig, other: Any, source: str, yaml_path: str = "") -> Dic
                 f"{where}: unknown key {key!r}; allowed keys"
                 f"{' under ' + repr(parent) if parent else ''}: {', '.join(allowed)}"
             ) from None
-        raise ConfigError(
-            f"{where}: key {key!r} expects {_expected_type(RunConfig, key)}: {_first_line(e)}"
-        ) from None
+        raise ConfigError(f"{where}: key {key!r} expects {_expected_type(RunConfig, key)}: {_first_line(e)}") from None
 
 
 def _allowed_keys(cfg: DictConfig, parent: str) -> list:

@@ -1,4 +1,5 @@
 """The policy model: a local path or hub id, and the shape of a locally built tiny model."""
+
 from dataclasses import dataclass, field
 
 from omegaconf import MISSING

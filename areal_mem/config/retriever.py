@@ -1,4 +1,5 @@
 """Retrieval service: index, encoder, server and client settings."""
+
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import List

@@ -1,4 +1,5 @@
 """Rollout workers and the episode limits of a workflow."""
+
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List

@@ -1,4 +1,5 @@
 """The root schema of one run: every component's config under one key."""
+
 from dataclasses import dataclass, field
 
 from .buffer import BufferConfig

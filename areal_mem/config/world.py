@@ -1,4 +1,5 @@
 """Where the synthetic search world lives and how big it is."""
+
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import List

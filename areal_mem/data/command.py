@@ -1,4 +1,5 @@
 """`areal-mem data`: `convert IN OUT` between FlashRAG jsonl and Search-R1 parquet; `demos` (oracle SFT rows)."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,8 +7,10 @@ import sys
 
 from ..commands.config_args import add_config_arguments, config_from_args
 
-HELP = ("question files: convert FlashRAG jsonl (areal-mem's task format) <-> Search-R1 parquet; "
-        "write oracle demonstrations for SFT")
+HELP = (
+    "question files: convert FlashRAG jsonl (areal-mem's task format) <-> Search-R1 parquet; "
+    "write oracle demonstrations for SFT"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,16 +22,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     conv.add_argument("--from", dest="src", choices=formats, help="format of IN (default: by extension)")
     conv.add_argument("--to", dest="dst", choices=formats, help="format of OUT (default: by extension)")
     conv.add_argument("--limit", type=int, default=0, help="keep only the first N questions (0: all)")
-    demos = sub.add_parser("demos", help="write the scripted oracle's MemSearcher demonstrations (context "
-                                         "rows, jsonl) for `areal-mem sft`; uses world.dir, model.path, "
-                                         "the rollout settings and the retriever (started when none is set)")
+    demos = sub.add_parser(
+        "demos",
+        help="write the scripted oracle's MemSearcher demonstrations (context "
+        "rows, jsonl) for `areal-mem sft`; uses world.dir, model.path, "
+        "the rollout settings and the retriever (started when none is set)",
+    )
     add_config_arguments(demos)
     demos.add_argument("--out", required=True, metavar="FILE", help="jsonl of context rows to write")
     demos.add_argument("--split", default="train", choices=["train", "dev", "test"], help="world split")
     demos.add_argument("--limit", type=int, default=0, help="first N questions (0: all)")
-    demos.add_argument("--mistakes", type=float, default=0.1,
-                       help="share of oracle decisions that go wrong "
-                            "(wrong search, forgotten fact, wrong answer)")
+    demos.add_argument(
+        "--mistakes",
+        type=float,
+        default=0.1,
+        help="share of oracle decisions that go wrong (wrong search, forgotten fact, wrong answer)",
+    )
     demos.add_argument("--seed", type=int, default=0)
     demos.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -43,13 +52,22 @@ def _demos(args: argparse.Namespace) -> int:
     from . import DataError
 
     try:
-        stats = write_demonstrations(config_from_args(args), args.out, split=args.split, limit=args.limit,
-                                     mistake_rate=args.mistakes, seed=args.seed, progress=not args.quiet)
+        stats = write_demonstrations(
+            config_from_args(args),
+            args.out,
+            split=args.split,
+            limit=args.limit,
+            mistake_rate=args.mistakes,
+            seed=args.seed,
+            progress=not args.quiet,
+        )
     except (DataError, FileNotFoundError, ValueError) as e:
         print(f"areal-mem data demos: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {stats['rows']} context rows for {stats['questions']} questions to {args.out} "
-          f"(oracle EM {stats['em']:.3f}, mean reward {stats['reward']:.3f})")
+    print(
+        f"wrote {stats['rows']} context rows for {stats['questions']} questions to {args.out} "
+        f"(oracle EM {stats['em']:.3f}, mean reward {stats['reward']:.3f})"
+    )
     return 0
 
 

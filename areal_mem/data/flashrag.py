@@ -1,4 +1,5 @@
 """FlashRAG QA jsonl: one `{"id", "question", "golden_answers": [...]}` object per line."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,7 @@ def task_from_record(record: Any, where: str, default_id: str) -> Task:
         raise DataError(f"{where}: 'metadata' must be an object")
     metadata = {**{k: v for k, v in record.items() if k not in _CORE}, **metadata}
     raw_id = record.get("id", default_id)
-    return Task(id=str(raw_id), question=question.strip(),
-                golden_answers=[str(g) for g in golden], metadata=metadata)
+    return Task(id=str(raw_id), question=question.strip(), golden_answers=[str(g) for g in golden], metadata=metadata)
 
 
 def iter_flashrag(path: str) -> Iterator[Task]:
@@ -50,4 +50,3 @@ def write_flashrag(tasks: Iterable[Task], path: str) -> int:
             f.write(json.dumps(task.to_json(), ensure_ascii=False) + "\n")
             n += 1
     return n
-

@@ -1,4 +1,5 @@
 """Pick the reader or writer of a question file by its format (or its file name)."""
+
 from __future__ import annotations
 
 from enum import Enum
@@ -20,8 +21,10 @@ def guess_format(path: str) -> DataFormat:
         return DataFormat.flashrag
     if path.endswith(".parquet"):
         return DataFormat.searchr1
-    raise DataError(f"{path}: cannot tell the format from the name; use .jsonl or .parquet "
-                    f"or name it ({', '.join(f.value for f in DataFormat)})")
+    raise DataError(
+        f"{path}: cannot tell the format from the name; use .jsonl or .parquet "
+        f"or name it ({', '.join(f.value for f in DataFormat)})"
+    )
 
 
 def read_tasks(path: str, fmt: DataFormat | str | None = None) -> List[Task]:

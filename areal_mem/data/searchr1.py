@@ -3,6 +3,7 @@
 Search-R1's files (nq_hotpotqa_train) also carry a chat `prompt`; it is not read,
 because the workflow renders its own prompt from the question.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ def _targets(row: Dict[str, Any]) -> Any:
     golden = row.get("golden_answers")
     if golden is not None:
         return golden
-    truth = ((row.get("reward_model") or {}).get("ground_truth") or {})
+    truth = (row.get("reward_model") or {}).get("ground_truth") or {}
     return truth.get("target")
 
 
@@ -46,15 +47,17 @@ def write_searchr1(tasks: Iterable[Task], path: str, split: str = "train") -> in
     rows = []
     for i, task in enumerate(tasks):
         source = str(task.metadata.get("data_source", ""))
-        rows.append({
-            "id": task.id,
-            "question": task.question,
-            "golden_answers": list(task.golden_answers),
-            "data_source": source,
-            "ability": "fact-reasoning",
-            "reward_model": {"style": "rule", "ground_truth": {"target": list(task.golden_answers)}},
-            "extra_info": {"split": split, "index": i},
-        })
+        rows.append(
+            {
+                "id": task.id,
+                "question": task.question,
+                "golden_answers": list(task.golden_answers),
+                "data_source": source,
+                "ability": "fact-reasoning",
+                "reward_model": {"style": "rule", "ground_truth": {"target": list(task.golden_answers)}},
+                "extra_info": {"split": split, "index": i},
+            }
+        )
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return len(rows)

@@ -5,6 +5,7 @@ On disk a task is one FlashRAG-compatible jsonl line
 keys of the line (the synthetic world's `hops`, `supporting_ids`, `bridge`,
 Search-R1's `data_source`) are kept in `metadata`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,5 +20,9 @@ class Task:
     metadata: Dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> Dict[str, Any]:
-        return {"id": self.id, "question": self.question,
-                "golden_answers": list(self.golden_answers), "metadata": dict(self.metadata)}
+        return {
+            "id": self.id,
+            "question": self.question,
+            "golden_answers": list(self.golden_answers),
+            "metadata": dict(self.metadata),
+        }

@@ -1,4 +1,5 @@
 """`areal-mem eval`: run a workflow greedily on a question file and write results + summary.json."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,12 +11,16 @@ HELP = "evaluate a workflow (memsearcher | react | plugin) on a question file: E
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--data", metavar="FILE",
-                        help="FlashRAG jsonl or Search-R1 parquet "
-                             "(config: eval.data; default: the world's test split)")
-    parser.add_argument("--method", metavar="NAME",
-                        help="workflow: memsearcher | react | registered name | module:attribute "
-                             "(config: eval.method)")
+    parser.add_argument(
+        "--data",
+        metavar="FILE",
+        help="FlashRAG jsonl or Search-R1 parquet (config: eval.data; default: the world's test split)",
+    )
+    parser.add_argument(
+        "--method",
+        metavar="NAME",
+        help="workflow: memsearcher | react | registered name | module:attribute (config: eval.method)",
+    )
     parser.add_argument("--limit", type=int, help="first N questions only (config: eval.limit)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -42,6 +47,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"areal-mem eval: {e}", file=sys.stderr)
         return 2
     print(json.dumps({k: summary[k] for k in ("method", "questions", "em", "f1", "acc", "mean_turns")}))
-    print(f"results in {os.path.join(out_dir, 'results.jsonl')}, "
-          f"summary in {os.path.join(out_dir, 'summary.json')}")
+    print(f"results in {os.path.join(out_dir, 'results.jsonl')}, summary in {os.path.join(out_dir, 'summary.json')}")
     return 0

@@ -1,4 +1,5 @@
 """Evaluate the configured method end to end: load questions, reach or start servers, run, summarise."""
+
 from __future__ import annotations
 
 import asyncio
@@ -46,9 +47,25 @@ async def _run(cfg, workflow, tokenizer, tasks, gen_urls, ret_urls, out_dir, pro
     from rollout.generator.client import client_from_config
     from rollout.workflows import build_context
 
-    async with client_from_config(cfg.generator, gen_urls) as generator, \
-            RetrieverClient.from_config(cfg.retriever, urls=ret_urls) as retriever:
-        ctx = build_context(cfg.rollout, workflow, generator, tokenizer, retriever,
-                            max_turns=cfg.eval.max_turns, temperature=cfg.eval.temperature)
-        return await evaluate(tasks, workflow, ctx, cfg.eval.concurrency,
-                              os.path.join(out_dir, "results.jsonl"), progress, cfg.eval.save_responses)
+    async with (
+        client_from_config(cfg.generator, gen_urls) as generator,
+        RetrieverClient.from_config(cfg.retriever, urls=ret_urls) as retriever,
+    ):
+        ctx = build_context(
+            cfg.rollout,
+            workflow,
+            generator,
+            tokenizer,
+            retriever,
+            max_turns=cfg.eval.max_turns,
+            temperature=cfg.eval.temperature,
+        )
+        return await evaluate(
+            tasks,
+            workflow,
+            ctx,
+            cfg.eval.concurrency,
+            os.path.join(out_dir, "results.jsonl"),
+            progress,
+            cfg.eval.save_responses,
+        )

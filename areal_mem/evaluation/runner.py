@@ -1,4 +1,5 @@
 """Run one workflow over a question list with bounded concurrency and write per-question results."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,8 +15,15 @@ from rollout.workflows.base import Workflow, WorkflowContext, run_episode, turn_
 RECORD_KEYS = ("answer", "em", "f1", "acc", "num_turns", "tool_calls", "end_reason", "format_error")
 
 
-async def evaluate(tasks: List[Task], workflow: Workflow, ctx: WorkflowContext, concurrency: int,
-                   out_path: str, progress: bool = True, save_responses: bool = False) -> List[Dict[str, Any]]:
+async def evaluate(
+    tasks: List[Task],
+    workflow: Workflow,
+    ctx: WorkflowContext,
+    concurrency: int,
+    out_path: str,
+    progress: bool = True,
+    save_responses: bool = False,
+) -> List[Dict[str, Any]]:
     """One greedy episode per task; results are written to `out_path` (jsonl) in task order.
 
     save_responses: every context's response text in `responses` (turn order), to see where
@@ -27,20 +35,25 @@ async def evaluate(tasks: List[Task], workflow: Workflow, ctx: WorkflowContext, 
     async def one(i: int, task: Task) -> Dict[str, Any]:
         async with gate:
             traj = await run_episode(workflow, task, ctx, f"eval-{i}-{task.id}")
-        responses = [ctx.tokenizer.decode(c.input_ids[c.prompt_len:], skip_special_tokens=False)
-                     for c in traj.contexts]
-        record = {"id": task.id, "question": task.question, "golden_answers": task.golden_answers,
-                  "reward": traj.reward, **{k: traj.info[k] for k in RECORD_KEYS},
-                  "context_tokens": turn_lengths(traj.info),
-                  "final_response": responses[-1] if responses else ""}
+        responses = [
+            ctx.tokenizer.decode(c.input_ids[c.prompt_len :], skip_special_tokens=False) for c in traj.contexts
+        ]
+        record = {
+            "id": task.id,
+            "question": task.question,
+            "golden_answers": task.golden_answers,
+            "reward": traj.reward,
+            **{k: traj.info[k] for k in RECORD_KEYS},
+            "context_tokens": turn_lengths(traj.info),
+            "final_response": responses[-1] if responses else "",
+        }
         if save_responses:
             record["responses"] = responses
         return record
 
     jobs = [asyncio.ensure_future(one(i, t)) for i, t in enumerate(tasks)]
     try:
-        with tqdm(total=len(jobs), desc=f"eval {workflow.name}", unit="question",
-                  disable=not progress) as bar:
+        with tqdm(total=len(jobs), desc=f"eval {workflow.name}", unit="question", disable=not progress) as bar:
             for done in asyncio.as_completed(jobs):
                 await done
                 bar.update(1)

@@ -4,6 +4,7 @@ With no `generator.urls`, the generator of `generator.backend` is started from
 `model.path`; with no `retriever.urls`, an index over the world's corpus is
 built in `retriever.index_dir` (unless one is there) and served.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,18 +38,31 @@ def _start_generators(cfg, stack: contextlib.ExitStack) -> List[str]:
 
     g = cfg.generator
     if getattr(g.backend, "value", g.backend) == "sglang":
-        handles = start_sglang_servers(cfg.model.path, num_servers=g.num_servers, host=g.host, port=g.port,
-                                       token=g.token, extra_args=list(g.sglang_args),
-                                       startup_timeout_s=g.startup_timeout_s)
+        handles = start_sglang_servers(
+            cfg.model.path,
+            num_servers=g.num_servers,
+            host=g.host,
+            port=g.port,
+            token=g.token,
+            extra_args=list(g.sglang_args),
+            startup_timeout_s=g.startup_timeout_s,
+        )
         for h in handles:
             stack.callback(h.stop)
     else:
         handles = []
         for i in range(g.num_servers):
-            h = start_embedded_generator(cfg.model.path, host=g.host, port=g.port + i if g.port else 0,
-                                         token=g.token, max_batch_size=g.max_batch_size, device=g.device,
-                                         dtype=g.dtype, max_context_len=g.max_context_len,
-                                         startup_timeout_s=g.startup_timeout_s)
+            h = start_embedded_generator(
+                cfg.model.path,
+                host=g.host,
+                port=g.port + i if g.port else 0,
+                token=g.token,
+                max_batch_size=g.max_batch_size,
+                device=g.device,
+                dtype=g.dtype,
+                max_context_len=g.max_context_len,
+                startup_timeout_s=g.startup_timeout_s,
+            )
             stack.callback(h.stop)  # registered at once: a later failure still stops this one
             handles.append(h)
     log.info("started generator(s) %s", [h.url for h in handles])
@@ -64,9 +78,11 @@ def _start_retriever(cfg, stack: contextlib.ExitStack) -> List[str]:
     if not os.path.exists(os.path.join(r.index_dir, MANIFEST)):
         corpus = os.path.join(cfg.world.dir, "corpus.jsonl")
         if not os.path.exists(corpus):
-            raise FileNotFoundError(f"no retriever.urls, no index in {r.index_dir} and no corpus at "
-                                    f"{corpus}: build the world (areal-mem world) or an index "
-                                    f"(areal-mem retriever build)")
+            raise FileNotFoundError(
+                f"no retriever.urls, no index in {r.index_dir} and no corpus at "
+                f"{corpus}: build the world (areal-mem world) or an index "
+                f"(areal-mem retriever build)"
+            )
         build_index(corpus, r.index_dir, kind=r.kind, cfg=OmegaConf.to_object(r))
     handle = start_retriever(r.index_dir, host=r.host, port=r.port, token=r.token)
     stack.callback(handle.stop)

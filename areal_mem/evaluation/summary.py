@@ -1,4 +1,5 @@
 """Aggregate per-question results into the numbers of a paper-style table."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -15,8 +16,9 @@ def context_tokens_by_turn(records: List[Dict[str, Any]]) -> List[Dict[str, Any]
     for r in records:
         for turn, n in enumerate(r["context_tokens"]):
             by_turn.setdefault(turn, []).append(n)
-    return [{"turn": t, "episodes": len(v), "mean": round(_mean(v), 2), "max": max(v)}
-            for t, v in sorted(by_turn.items())]
+    return [
+        {"turn": t, "episodes": len(v), "mean": round(_mean(v), 2), "max": max(v)} for t, v in sorted(by_turn.items())
+    ]
 
 
 def summarize(records: List[Dict[str, Any]], method: str, data: str) -> Dict[str, Any]:

@@ -13,6 +13,7 @@ The learner finishing ends the run; `stop_all` (also on SIGINT/SIGTERM) stops ev
 child, each in its own process group, so nothing is orphaned.
 Logs: `<run_dir>/logs/<name>.log`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,8 +50,12 @@ class LocalLauncher:
     def _start(self, spec: ProcessSpec, argv: Optional[List[str]] = None) -> ChildProcess:
         argv = list(argv or spec.argv)
         ready = ready_file_path(spec.name) if spec.service else ""
-        child = ChildProcess(spec.name, CLI + argv + (["--ready-file", ready] if ready else []),
-                             os.path.join(self.logs, f"{spec.name}.log"), dict(spec.env)).start()
+        child = ChildProcess(
+            spec.name,
+            CLI + argv + (["--ready-file", ready] if ready else []),
+            os.path.join(self.logs, f"{spec.name}.log"),
+            dict(spec.env),
+        ).start()
         self.children[spec.name], self.specs[spec.name] = child, spec
         if ready:
             wait_ready(child, ready, self.cfg.launcher.health_timeout_s)
@@ -71,8 +76,9 @@ class LocalLauncher:
     def start_learner(self) -> None:
         check_extension_locks(self.cfg.launcher.extension_lock_timeout_s)
         port = free_port()
-        self.learners = [self._start(s) for s in learner_specs(
-            self.cfg, self.config_path, self.addresses, "127.0.0.1", port)]
+        self.learners = [
+            self._start(s) for s in learner_specs(self.cfg, self.config_path, self.addresses, "127.0.0.1", port)
+        ]
 
     def start_workers(self) -> None:
         for spec in worker_specs(self.cfg, self.config_path, self.addresses):
@@ -95,7 +101,7 @@ class LocalLauncher:
             for name, child in list(self.children.items()):
                 if not self.specs[name].restart or child.alive() or self._stopping:
                     continue
-                due = self._restart_due.setdefault(name, now + min(30.0, 2.0 ** child.restarts - 1))
+                due = self._restart_due.setdefault(name, now + min(30.0, 2.0**child.restarts - 1))
                 if now >= due:
                     del self._restart_due[name]
                     self._restart(name, child)
@@ -106,10 +112,11 @@ class LocalLauncher:
     def _restart(self, name: str, child: ChildProcess) -> None:
         limit = self.cfg.launcher.max_restarts
         if not self.cfg.launcher.restart_failed or child.restarts >= limit:
-            raise child.failure(f"died after {child.restarts} restart(s) (launcher.restart_failed="
-                                f"{self.cfg.launcher.restart_failed}, launcher.max_restarts={limit})")
-        log.warning("%s exited with %s; restart %d of at most %d", name, child.returncode,
-                    child.restarts + 1, limit)
+            raise child.failure(
+                f"died after {child.restarts} restart(s) (launcher.restart_failed="
+                f"{self.cfg.launcher.restart_failed}, launcher.max_restarts={limit})"
+            )
+        log.warning("%s exited with %s; restart %d of at most %d", name, child.returncode, child.restarts + 1, limit)
         argv = None
         port = urlparse(child.url).port if child.url else None
         # Under the distributed publisher a restarted generator holds the start model: it waits
@@ -137,16 +144,19 @@ class LocalLauncher:
 
     def _learner_may_restart(self, child: ChildProcess) -> bool:
         lc = self.cfg.launcher
-        return (lc.restart_learner and self.cfg.learner.resume.value == "auto"
-                and child.restarts < lc.max_restarts)
+        return lc.restart_learner and self.cfg.learner.resume.value == "auto" and child.restarts < lc.max_restarts
 
     def _restart_learners(self, failed: ChildProcess) -> None:
         """Every rank again (a torch.distributed job cannot lose one), on a fresh master port;
         the learner resumes from its last checkpoint and re-queues the batch it had not acked."""
         restarts = failed.restarts + 1
-        log.warning("%s exited with %s; restarting the learner (%d of at most %d), resuming from "
-                    "its last checkpoint", failed.name, failed.returncode, restarts,
-                    self.cfg.launcher.max_restarts)
+        log.warning(
+            "%s exited with %s; restarting the learner (%d of at most %d), resuming from its last checkpoint",
+            failed.name,
+            failed.returncode,
+            restarts,
+            self.cfg.launcher.max_restarts,
+        )
         for child in self.learners:
             child.stop(timeout_s=20)
         time.sleep(min(30.0, 2.0 ** (restarts - 1) - 1))
@@ -189,8 +199,7 @@ def pause_generator(url: str, token: str = "") -> None:
 
 def extension_lock_paths() -> List[str]:
     """The build locks of torch C++ extensions (DeepSpeed's shm op) this user's processes use."""
-    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "torch_extensions")
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions")
     return sorted(glob.glob(os.path.join(root, "*", "*", "lock")))  # <root>/py311_cpu/<op>/lock
 
 
@@ -205,9 +214,9 @@ def check_extension_locks(timeout_s: float) -> None:
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         locks = [p for p in locks if os.path.exists(p)]
     if locks:
-        ages = ", ".join(f"{p} ({time.time() - os.path.getmtime(p):.0f} s old)" for p in locks
-                         if os.path.exists(p))
+        ages = ", ".join(f"{p} ({time.time() - os.path.getmtime(p):.0f} s old)" for p in locks if os.path.exists(p))
         raise RuntimeError(
             f"a torch extension build lock is still held after {timeout_s:.0f} s: {ages}. A process "
             f"killed while compiling leaves it behind and the learner would wait on it forever; if "
-            f"no build is running, delete it (launcher.extension_lock_timeout_s sets the wait)")
+            f"no build is running, delete it (launcher.extension_lock_timeout_s sets the wait)"
+        )

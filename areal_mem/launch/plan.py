@@ -4,6 +4,7 @@ The local launcher runs the specs as child processes of this machine; the Ray
 launcher runs the same specs inside actors placed on a cluster. Both pass the
 addresses of the services to the learner and the workers as config overrides.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -44,22 +45,30 @@ def service_specs(cfg: DictConfig, config_path: str) -> List[ProcessSpec]:
     """The services the config does not already point at, in start order."""
     specs = []
     if not cfg.retriever.urls:
-        specs.append(ProcessSpec("retriever", ["retriever", "serve", "--config", config_path],
-                                 service=True, restart=True))
+        specs.append(
+            ProcessSpec("retriever", ["retriever", "serve", "--config", config_path], service=True, restart=True)
+        )
     if not cfg.generator.urls:
         gpu = cfg.generator.backend.value == "sglang"
         for i in range(cfg.generator.num_servers):
-            specs.append(ProcessSpec(f"generator{i}", generator_argv(config_path), service=True,
-                                     restart=True, env=_generator_devices(cfg, i),
-                                     resources={"CPU": 1.0, **({"GPU": 1.0} if gpu else {})}))
+            specs.append(
+                ProcessSpec(
+                    f"generator{i}",
+                    generator_argv(config_path),
+                    service=True,
+                    restart=True,
+                    env=_generator_devices(cfg, i),
+                    resources={"CPU": 1.0, **({"GPU": 1.0} if gpu else {})},
+                )
+            )
     if not cfg.buffer.url:
-        specs.append(ProcessSpec("buffer", ["buffer", "serve", "--config", config_path], service=True,
-                                 restart=True))  # on its old port, from its run dir
+        specs.append(
+            ProcessSpec("buffer", ["buffer", "serve", "--config", config_path], service=True, restart=True)
+        )  # on its old port, from its run dir
     return with_affinity(cfg, specs)
 
 
-def generator_argv(config_path: str, model_path: str = "", port: int = 0,
-                   weight_version: int = 0) -> List[str]:
+def generator_argv(config_path: str, model_path: str = "", port: int = 0, weight_version: int = 0) -> List[str]:
     argv = ["generator", "serve", "--config", config_path]
     if model_path:
         argv += ["--model", model_path, "--weight-version", str(weight_version)]
@@ -68,21 +77,37 @@ def generator_argv(config_path: str, model_path: str = "", port: int = 0,
     return argv
 
 
-def learner_specs(cfg: DictConfig, config_path: str, addresses: Addresses, master_addr: str,
-                  master_port: int) -> List[ProcessSpec]:
+def learner_specs(
+    cfg: DictConfig, config_path: str, addresses: Addresses, master_addr: str, master_port: int
+) -> List[ProcessSpec]:
     """One process per rank with torchrun's environment, so any placement works."""
     n = cfg.launcher.learner_ranks
     gpus = list(cfg.launcher.learner_gpus)
     if gpus and len(gpus) != n:
-        raise ConfigError(f"launcher.learner_gpus lists {len(gpus)} GPU(s) for "
-                          f"launcher.learner_ranks={n} ranks; give one per rank")
+        raise ConfigError(
+            f"launcher.learner_gpus lists {len(gpus)} GPU(s) for launcher.learner_ranks={n} ranks; give one per rank"
+        )
     devices = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))} if gpus else {}
     argv = ["learner", "--config", config_path, *addresses.overrides()]
-    return with_affinity(cfg, [ProcessSpec("learner" if n == 1 else f"learner{r}", argv,
-                        env={"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n),
-                             "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": master_addr,
-                             "MASTER_PORT": str(master_port), **devices})
-            for r in range(n)])
+    return with_affinity(
+        cfg,
+        [
+            ProcessSpec(
+                "learner" if n == 1 else f"learner{r}",
+                argv,
+                env={
+                    "RANK": str(r),
+                    "LOCAL_RANK": str(r),
+                    "WORLD_SIZE": str(n),
+                    "LOCAL_WORLD_SIZE": str(n),
+                    "MASTER_ADDR": master_addr,
+                    "MASTER_PORT": str(master_port),
+                    **devices,
+                },
+            )
+            for r in range(n)
+        ],
+    )
 
 
 def _generator_devices(cfg: DictConfig, i: int) -> Dict[str, str]:
@@ -92,28 +117,48 @@ def _generator_devices(cfg: DictConfig, i: int) -> Dict[str, str]:
         return {}
     need = cfg.generator.num_servers * g
     if len(gpus) < need:
-        raise ConfigError(f"launcher.generator_gpus lists {len(gpus)} GPU(s); "
-                          f"generator.num_servers={cfg.generator.num_servers} x "
-                          f"launcher.gpus_per_generator={g} need {need}")
-    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus[i * g:(i + 1) * g]))}
+        raise ConfigError(
+            f"launcher.generator_gpus lists {len(gpus)} GPU(s); "
+            f"generator.num_servers={cfg.generator.num_servers} x "
+            f"launcher.gpus_per_generator={g} need {need}"
+        )
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus[i * g : (i + 1) * g]))}
 
 
 def require_publisher(cfg: DictConfig) -> None:
     """An RL run needs weight pushes: without them the version never advances."""
     if cfg.learner.publisher.value == "none":
-        raise ConfigError("learner.publisher=none with rollout workers: the generators would never get "
-                          "new weights, and the buffer admits only (buffer.max_staleness + 1) x "
-                          "buffer.batch_groups groups before the learner waits forever; "
-                          "use learner.publisher=distributed or disk")
+        raise ConfigError(
+            "learner.publisher=none with rollout workers: the generators would never get "
+            "new weights, and the buffer admits only (buffer.max_staleness + 1) x "
+            "buffer.batch_groups groups before the learner waits forever; "
+            "use learner.publisher=distributed or disk"
+        )
 
 
 def worker_specs(cfg: DictConfig, config_path: str, addresses: Addresses) -> List[ProcessSpec]:
     require_publisher(cfg)
     n = cfg.rollout.num_workers
-    return with_affinity(cfg, [ProcessSpec(f"rollout{i}", ["rollout", "--config", config_path,
-                                                           "--worker-id", str(i), "--num-workers", str(n),
-                                                           *addresses.overrides()], restart=True)
-                               for i in range(n)])
+    return with_affinity(
+        cfg,
+        [
+            ProcessSpec(
+                f"rollout{i}",
+                [
+                    "rollout",
+                    "--config",
+                    config_path,
+                    "--worker-id",
+                    str(i),
+                    "--num-workers",
+                    str(n),
+                    *addresses.overrides(),
+                ],
+                restart=True,
+            )
+            for i in range(n)
+        ],
+    )
 
 
 def with_affinity(cfg: DictConfig, specs: List[ProcessSpec]) -> List[ProcessSpec]:

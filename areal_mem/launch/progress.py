@@ -1,4 +1,5 @@
 """The console progress bar of a training run, fed by the learner's `<run_dir>/metrics.jsonl`."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,7 @@ class ProgressBar:
             if row.get("kind", "train") != "train":
                 continue
             self.bar.n = int(row.get("step", self.bar.n))
-            self.bar.set_postfix({label: f"{row[k]:.3g}" for k, label in SHOWN if k in row},
-                                 refresh=False)
+            self.bar.set_postfix({label: f"{row[k]:.3g}" for k, label in SHOWN if k in row}, refresh=False)
         if lines:
             self.bar.refresh()
 

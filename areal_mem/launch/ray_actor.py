@@ -5,6 +5,7 @@ for a service's ready file (a path on the node), answers liveness polls and stop
 the child's process group. The command line never carries a token: tokens reach
 the child only through `env`, which arrives as a method argument.
 """
+
 from __future__ import annotations
 
 import atexit

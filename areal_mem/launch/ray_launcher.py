@@ -10,6 +10,7 @@ handed to every process through its environment only. Logs go to
 `<run_dir>/logs/<name>.log` on the node that runs the process, so a multi-node run
 needs `run_dir` (and the config) on a shared file system.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,7 @@ import ray
 from omegaconf import DictConfig
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import (NodeAffinitySchedulingStrategy,
-                                            PlacementGroupSchedulingStrategy)
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from retriever.command import TOKEN_ENV as RETRIEVER_TOKEN_ENV
 from rollout.generator.launch import TOKEN_ENV as GENERATOR_TOKEN_ENV
@@ -53,7 +53,7 @@ class RemoteChild:
     """The `ChildProcess` interface `LocalLauncher` supervises, for a process inside an actor."""
 
     name: str
-    actor: "ray.actor.ActorHandle"
+    actor: ray.actor.ActorHandle
     log_path: str
     node_ip: str
     url: str = ""
@@ -86,8 +86,10 @@ class RemoteChild:
 
     def failure(self, what: str) -> RuntimeError:
         tail = self._call("log_tail") or ChildProcess(self.name, [], self.log_path).log_tail()
-        return RuntimeError(f"{self.name} {what} (exit code {self.returncode}) on node {self.node_ip}; "
-                            f"last lines of {self.log_path}:\n{tail}")
+        return RuntimeError(
+            f"{self.name} {what} (exit code {self.returncode}) on node {self.node_ip}; "
+            f"last lines of {self.log_path}:\n{tail}"
+        )
 
     def _call(self, method: str, *args, timeout_s: float = CALL_TIMEOUT_S):
         try:
@@ -110,10 +112,13 @@ class RayLauncher(LocalLauncher):
         token = secrets.token_hex(16) if self.bind_node_ip else ""
         self.token_env = {k: token for k in TOKEN_ENVS} if token else {}
         self.run_id = secrets.token_hex(4)
-        self.actors: Dict[str, "ray.actor.ActorHandle"] = {}
+        self.actors: Dict[str, ray.actor.ActorHandle] = {}
         self.pg = None
-        log.info("ray: %d node(s), services bind %s", len(nodes),
-                 "their node IP (token auth)" if self.bind_node_ip else "127.0.0.1")
+        log.info(
+            "ray: %d node(s), services bind %s",
+            len(nodes),
+            "their node IP (token auth)" if self.bind_node_ip else "127.0.0.1",
+        )
 
     # ---- placement ----
     def actor_options(self, spec: ProcessSpec) -> dict:
@@ -128,16 +133,26 @@ class RayLauncher(LocalLauncher):
 
     def plan_cpus(self) -> int:
         """The CPUs every actor of the run reserves together (a local instance gets at least these)."""
-        specs = [*service_specs(self.cfg, self.config_path),
-                 *learner_specs(self.cfg, self.config_path, self.addresses, "", 0),
-                 *worker_specs(self.cfg, self.config_path, self.addresses)]
+        specs = [
+            *service_specs(self.cfg, self.config_path),
+            *learner_specs(self.cfg, self.config_path, self.addresses, "", 0),
+            *worker_specs(self.cfg, self.config_path, self.addresses),
+        ]
         return math.ceil(sum(self.actor_options(s)["num_cpus"] for s in specs))
 
-    def _actor(self, spec: ProcessSpec, strategy=None) -> "ray.actor.ActorHandle":
+    def _actor(self, spec: ProcessSpec, strategy=None) -> ray.actor.ActorHandle:
         opts = self.actor_options(spec)
-        actor = ray.remote(ProcessActor).options(
-            name=f"areal-mem-{self.run_id}-{spec.name}", max_concurrency=4, max_restarts=0,
-            scheduling_strategy=strategy, **opts).remote(spec.name, os.path.join(self.logs, f"{spec.name}.log"))
+        actor = (
+            ray.remote(ProcessActor)
+            .options(
+                name=f"areal-mem-{self.run_id}-{spec.name}",
+                max_concurrency=4,
+                max_restarts=0,
+                scheduling_strategy=strategy,
+                **opts,
+            )
+            .remote(spec.name, os.path.join(self.logs, f"{spec.name}.log"))
+        )
         self.actors[spec.name] = actor
         return actor
 
@@ -146,17 +161,22 @@ class RayLauncher(LocalLauncher):
         try:
             return ray.get(self.actors[spec.name].node_ip.remote(), timeout=timeout)
         except GetTimeoutError:
-            raise RuntimeError(f"{spec.name}: Ray placed no actor with {self.actor_options(spec)} in "
-                               f"{timeout:.0f}s; the cluster has {ray.available_resources()} free "
-                               f"(set launcher.ray_resources.{role_of(spec.name)})") from None
+            raise RuntimeError(
+                f"{spec.name}: Ray placed no actor with {self.actor_options(spec)} in "
+                f"{timeout:.0f}s; the cluster has {ray.available_resources()} free "
+                f"(set launcher.ray_resources.{role_of(spec.name)})"
+            ) from None
 
     # ---- LocalLauncher's hooks ----
     def _start(self, spec: ProcessSpec, argv: Optional[List[str]] = None) -> RemoteChild:
         old = self.children.get(spec.name)
         if spec.name not in self.actors or (old is not None and old.returncode == LOST):
             # a lost actor comes back on the same node if that node still lives
-            strategy = (NodeAffinitySchedulingStrategy(self._node_id(old.node_ip), soft=True)
-                        if old is not None and self._node_id(old.node_ip) else None)
+            strategy = (
+                NodeAffinitySchedulingStrategy(self._node_id(old.node_ip), soft=True)
+                if old is not None and self._node_id(old.node_ip)
+                else None
+            )
             self._actor(spec, strategy)
         ip = self._node_ip(spec)
         argv = list(argv or spec.argv)
@@ -165,8 +185,11 @@ class RayLauncher(LocalLauncher):
         child = RemoteChild(spec.name, self.actors[spec.name], os.path.join(self.logs, f"{spec.name}.log"), ip)
         self.children[spec.name], self.specs[spec.name] = child, spec
         try:
-            child.url = ray.get(self.actors[spec.name].start.remote(
-                argv, {**spec.env, **self.token_env}, spec.service, self.cfg.launcher.health_timeout_s))
+            child.url = ray.get(
+                self.actors[spec.name].start.remote(
+                    argv, {**spec.env, **self.token_env}, spec.service, self.cfg.launcher.health_timeout_s
+                )
+            )
         except ray.exceptions.RayTaskError as e:
             raise RuntimeError(f"{spec.name} on node {ip}: {e.cause}") from None
         if spec.service:
@@ -185,14 +208,19 @@ class RayLauncher(LocalLauncher):
         n, lc = self.cfg.launcher.learner_ranks, self.cfg.launcher
         probe = learner_specs(self.cfg, self.config_path, self.addresses, "", 0)
         opts = self.actor_options(probe[0])
-        bundle = {"CPU": opts["num_cpus"], **({"GPU": opts["num_gpus"]} if opts["num_gpus"] else {}),
-                  **opts["resources"]}
+        bundle = {
+            "CPU": opts["num_cpus"],
+            **({"GPU": opts["num_gpus"]} if opts["num_gpus"] else {}),
+            **opts["resources"],
+        }
         self.pg = placement_group([dict(bundle) for _ in range(n)], strategy=lc.ray_learner_strategy.value)
         try:
             ray.get(self.pg.ready(), timeout=lc.health_timeout_s)
         except GetTimeoutError:
-            raise RuntimeError(f"learner: Ray could not reserve {n} x {bundle} ({lc.ray_learner_strategy.value}) "
-                               f"in {lc.health_timeout_s:.0f}s; free: {ray.available_resources()}") from None
+            raise RuntimeError(
+                f"learner: Ray could not reserve {n} x {bundle} ({lc.ray_learner_strategy.value}) "
+                f"in {lc.health_timeout_s:.0f}s; free: {ray.available_resources()}"
+            ) from None
         for r, spec in enumerate(probe):
             self._actor(spec, PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r))
         master = self.actors[probe[0].name]
@@ -240,6 +268,12 @@ def connect(address: str, namespace: str, local_cpus: int) -> bool:
                 raise
         log.info("ray: no running cluster found; starting a local instance")
     # A local instance is one machine: keep Ray's own traffic on loopback too.
-    ray.init(address="local", namespace=namespace, num_cpus=max(os.cpu_count() or 1, local_cpus),
-             include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(
+        address="local",
+        namespace=namespace,
+        num_cpus=max(os.cpu_count() or 1, local_cpus),
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )
     return True

@@ -5,6 +5,7 @@ question asks about entities that no training question names: its answer can onl
 come from search. Everything is drawn from one seeded RNG, so a seed gives
 byte-identical files.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,10 +21,16 @@ from .render import render_passage
 SPLITS = ("train", "dev", "test")
 
 
-def build_world(out_dir: str, seed: int = 0, passages: int = 2000, questions: int = 5000,
-                dev_fraction: float = 0.1, test_fraction: float = 0.1,
-                question_types: Optional[Sequence[str]] = None,
-                single_attributes: Optional[Sequence[str]] = None) -> Dict[str, object]:
+def build_world(
+    out_dir: str,
+    seed: int = 0,
+    passages: int = 2000,
+    questions: int = 5000,
+    dev_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    question_types: Optional[Sequence[str]] = None,
+    single_attributes: Optional[Sequence[str]] = None,
+) -> Dict[str, object]:
     """Build the world into `out_dir` and return its manifest. `question_types` (default all)
     restricts the questions to those types, `single_attributes` (`kind.attr`, default all) the
     facts that single-hop questions ask for."""
@@ -46,8 +53,7 @@ def build_world(out_dir: str, seed: int = 0, passages: int = 2000, questions: in
     split_of: Dict[str, List[Entity]] = {s: [] for s in SPLITS}
     for e in real:
         u = rng.random()
-        split_of["dev" if u < dev_fraction else "test" if u < dev_fraction + test_fraction
-                 else "train"].append(e)
+        split_of["dev" if u < dev_fraction else "test" if u < dev_fraction + test_fraction else "train"].append(e)
     n_dev, n_test = round(questions * dev_fraction), round(questions * test_fraction)
     targets = {"train": questions - n_dev - n_test, "dev": n_dev, "test": n_test}
 
@@ -56,8 +62,7 @@ def build_world(out_dir: str, seed: int = 0, passages: int = 2000, questions: in
     with open(files["corpus"], "w", encoding="utf-8") as f:
         for j in order:
             e = entities[j]
-            f.write(json.dumps({"id": pid[id(e)], "contents": render_passage(e, rng)},
-                               ensure_ascii=False) + "\n")
+            f.write(json.dumps({"id": pid[id(e)], "contents": render_passage(e, rng)}, ensure_ascii=False) + "\n")
     seen: Dict[str, bool] = {}
     counts: Dict[str, Dict[str, int]] = {}
     for split in SPLITS:
@@ -69,7 +74,9 @@ def build_world(out_dir: str, seed: int = 0, passages: int = 2000, questions: in
         counts[split] = {t: sum(q.type == t for q in qs) for t in SHARES}
         counts[split]["total"] = len(qs)
     manifest = {
-        "seed": seed, "passages": len(entities), "distractors": len(entities) - len(real),
+        "seed": seed,
+        "passages": len(entities),
+        "distractors": len(entities) - len(real),
         "questions": counts,
         "sha256": {k: _sha256(p) for k, p in files.items()},
     }
@@ -81,9 +88,13 @@ def build_world(out_dir: str, seed: int = 0, passages: int = 2000, questions: in
 
 def _row(split: str, i: int, q: Question, by_name: Dict[str, Entity], pid: Dict[int, str]) -> dict:
     return {
-        "id": f"{split}_{i}", "question": q.question, "golden_answers": q.golden_answers,
-        "hops": q.hops, "supporting_ids": [pid[id(by_name[n])] for n in q.supporting],
-        "type": q.type, "bridge": q.bridge,
+        "id": f"{split}_{i}",
+        "question": q.question,
+        "golden_answers": q.golden_answers,
+        "hops": q.hops,
+        "supporting_ids": [pid[id(by_name[n])] for n in q.supporting],
+        "type": q.type,
+        "bridge": q.bridge,
     }
 
 

@@ -1,4 +1,5 @@
 """`areal-mem world`: build the synthetic search world."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,11 +16,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--questions", type=int, default=5000, help="questions over all splits")
     parser.add_argument("--dev-fraction", type=float, default=0.1)
     parser.add_argument("--test-fraction", type=float, default=0.1)
-    parser.add_argument("--question-types", nargs="+", choices=["single", "bridge", "comparison"],
-                        help="write only these question types (default: all)")
-    parser.add_argument("--single-attributes", nargs="+", metavar="KIND.ATTR",
-                        help="single-hop questions ask only for these facts, e.g. person.occupation "
-                             "(default: all)")
+    parser.add_argument(
+        "--question-types",
+        nargs="+",
+        choices=["single", "bridge", "comparison"],
+        help="write only these question types (default: all)",
+    )
+    parser.add_argument(
+        "--single-attributes",
+        nargs="+",
+        metavar="KIND.ATTR",
+        help="single-hop questions ask only for these facts, e.g. person.occupation (default: all)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,9 +35,16 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.time()
     try:
-        manifest = build_world(args.out, args.seed, args.passages, args.questions,
-                               args.dev_fraction, args.test_fraction, args.question_types,
-                               args.single_attributes)
+        manifest = build_world(
+            args.out,
+            args.seed,
+            args.passages,
+            args.questions,
+            args.dev_fraction,
+            args.test_fraction,
+            args.question_types,
+            args.single_attributes,
+        )
     except ValueError as e:
         print(f"areal-mem world: {e}")
         return 2

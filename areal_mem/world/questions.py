@@ -1,4 +1,5 @@
 """Questions over the world: 1-hop facts, 2-hop bridges and comparisons, in varied phrasings."""
+
 from __future__ import annotations
 
 import random
@@ -24,8 +25,7 @@ class Question:
 SINGLE: Dict[str, Dict[str, List[str]]] = {
     "person": {
         "born": ["In what year was {s} born?", "When was {s} born?", "What is the birth year of {s}?"],
-        "birthplace": ["Where was {s} born?", "In which city was {s} born?",
-                       "What is the birthplace of {s}?"],
+        "birthplace": ["Where was {s} born?", "In which city was {s} born?", "What is the birthplace of {s}?"],
         "occupation": ["What was the profession of {s}?", "What did {s} do for a living?"],
         "employer": ["Which organisation did {s} work for?", "Who employed {s}?"],
     },
@@ -50,14 +50,17 @@ SINGLE: Dict[str, Dict[str, List[str]]] = {
 
 # (subject kind, link attribute, attribute of the linked entity) -> phrasings
 BRIDGE: Dict[Tuple[str, str, str], List[str]] = {
-    ("work", "creator", "birthplace"): ["In which city was the creator of {s} born?",
-                                        "Where was the person who created {s} born?"],
+    ("work", "creator", "birthplace"): [
+        "In which city was the creator of {s} born?",
+        "Where was the person who created {s} born?",
+    ],
     ("work", "creator", "born"): ["In what year was the creator of {s} born?"],
     ("org", "founder", "birthplace"): ["Where was the founder of {s} born?"],
-    ("org", "headquarters", "country"): ["In which country is {s} headquartered?",
-                                         "The headquarters of {s} are in which country?"],
-    ("person", "birthplace", "country"): ["In which country was {s} born?",
-                                          "{s} was born in a city of which country?"],
+    ("org", "headquarters", "country"): [
+        "In which country is {s} headquartered?",
+        "The headquarters of {s} are in which country?",
+    ],
+    ("person", "birthplace", "country"): ["In which country was {s} born?", "{s} was born in a city of which country?"],
     ("person", "employer", "headquarters"): ["In which city is the employer of {s} headquartered?"],
     ("person", "employer", "founder"): ["Who founded the organisation that {s} worked for?"],
     ("country", "capital", "founded"): ["In what year was the capital of {s} founded?"],
@@ -67,8 +70,10 @@ BRIDGE: Dict[Tuple[str, str, str], List[str]] = {
 # or, for population, the larger one.
 COMPARISON: Dict[str, List[Tuple[str, List[str]]]] = {
     "person": [("born", ["Who was born first, {a} or {b}?", "Which of {a} and {b} was born earlier?"])],
-    "city": [("founded", ["Which city was founded earlier, {a} or {b}?"]),
-             ("population", ["Which city has more inhabitants, {a} or {b}?"])],
+    "city": [
+        ("founded", ["Which city was founded earlier, {a} or {b}?"]),
+        ("population", ["Which city has more inhabitants, {a} or {b}?"]),
+    ],
     "work": [("year", ["Which appeared first, {a} or {b}?"])],
     "org": [("founded", ["Which was founded first, {a} or {b}?"])],
 }
@@ -76,15 +81,15 @@ COMPARISON: Dict[str, List[Tuple[str, List[str]]]] = {
 SHARES = {"single": 0.5, "bridge": 0.3, "comparison": 0.2}
 
 
-def single_questions(rng: random.Random, pool: List[Entity],
-                     attributes: Optional[Sequence[str]] = None) -> List[Question]:
+def single_questions(
+    rng: random.Random, pool: List[Entity], attributes: Optional[Sequence[str]] = None
+) -> List[Question]:
     """One question per (entity, attribute); `attributes` (`kind.attr`, default all) restricts them."""
     out = []
     for e in pool:
         for attr, phrasings in SINGLE[e.kind].items():
             if attr in e.attrs and (attributes is None or f"{e.kind}.{attr}" in attributes):
-                out.append(Question(rng.choice(phrasings).format(s=e.name), [str(e.attrs[attr])],
-                                    "single", [e.name]))
+                out.append(Question(rng.choice(phrasings).format(s=e.name), [str(e.attrs[attr])], "single", [e.name]))
     return out
 
 
@@ -95,8 +100,15 @@ def bridge_questions(rng: random.Random, pool: List[Entity], by_name: Dict[str, 
             if e.kind != kind or link not in e.attrs:
                 continue
             mid = by_name[str(e.attrs[link])]
-            out.append(Question(rng.choice(phrasings).format(s=e.name), [str(mid.attrs[attr])],
-                                "bridge", [e.name, mid.name], bridge=mid.name))
+            out.append(
+                Question(
+                    rng.choice(phrasings).format(s=e.name),
+                    [str(mid.attrs[attr])],
+                    "bridge",
+                    [e.name, mid.name],
+                    bridge=mid.name,
+                )
+            )
     return out
 
 
@@ -152,10 +164,15 @@ def type_shares(types: Optional[Sequence[str]] = None) -> Dict[str, float]:
     return {t: SHARES[t] / total for t in SHARES if t in chosen}
 
 
-def questions_for_split(rng: random.Random, pool: List[Entity], by_name: Dict[str, Entity],
-                        count: int, seen: Dict[str, bool],
-                        shares: Optional[Dict[str, float]] = None,
-                        attributes: Optional[Sequence[str]] = None) -> List[Question]:
+def questions_for_split(
+    rng: random.Random,
+    pool: List[Entity],
+    by_name: Dict[str, Entity],
+    count: int,
+    seen: Dict[str, bool],
+    shares: Optional[Dict[str, float]] = None,
+    attributes: Optional[Sequence[str]] = None,
+) -> List[Question]:
     """`count` questions about `pool`'s entities, mixed by `shares` (default SHARES), none already
     in `seen`; `attributes` restricts the single-hop ones (see `single_questions`)."""
     shares = shares or SHARES

@@ -1,4 +1,5 @@
 """Entities rendered as wiki-18 passages, with several phrasings of every fact."""
+
 from __future__ import annotations
 
 import random
@@ -10,11 +11,15 @@ Facts = Dict[str, object]
 Template = Callable[[Facts], str]
 
 FILLERS = {
-    "person": ["{P} is remembered for {poss} patient and careful work.",
-               "Little is known about {poss} early education.",
-               "{P} corresponded with many contemporaries."],
-    "city": ["The city is known for its markets and narrow streets.",
-             "A stone bridge crosses the river in the old quarter."],
+    "person": [
+        "{P} is remembered for {poss} patient and careful work.",
+        "Little is known about {poss} early education.",
+        "{P} corresponded with many contemporaries.",
+    ],
+    "city": [
+        "The city is known for its markets and narrow streets.",
+        "A stone bridge crosses the river in the old quarter.",
+    ],
     "country": ["Its history is marked by long periods of trade and neutrality."],
     "org": ["It remained independent for most of its history."],
     "work": ["Critics were divided when it first appeared."],
@@ -23,8 +28,7 @@ FILLERS = {
 _PERSON: List[Template] = [
     lambda f: "{name} (born {born}) is {a_occupation} from {birthplace}.".format(**f),
     lambda f: "{name} was {a_occupation} born in {birthplace} in {born}.".format(**f),
-    lambda f: "Born in {born} in the city of {birthplace}, {name} became a well-known {occupation}."
-    .format(**f),
+    lambda f: "Born in {born} in the city of {birthplace}, {name} became a well-known {occupation}.".format(**f),
     lambda f: "{name} is {a_occupation}. {P} was born in {born} in {birthplace}.".format(**f),
 ]
 _EMPLOYER: List[Template] = [

@@ -6,6 +6,7 @@ workflow (the ReAct loop with its own prompt). Load it by `module:attribute`
 in a config (see config.yaml) or install this folder (`pip install -e .`) to
 register `calculator` through the `areal_mem.workflows` entry points.
 """
+
 from __future__ import annotations
 
 import ast
@@ -17,15 +18,22 @@ from rollout.rewards.answer import extract_boxed
 from rollout.tools.base import Tool, ToolBuild, ToolError
 from rollout.workflows.react import ReActWorkflow
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.Pow: operator.pow, ast.USub: operator.neg, ast.UAdd: operator.pos}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
 
 
 def evaluate(expression: str, max_exponent: int = 100) -> float:
     """Numbers, + - * / ** and parentheses; anything else is refused."""
+
     def walk(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
-                and not isinstance(node.value, bool):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             return node.value
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             left, right = walk(node.left), walk(node.right)
@@ -46,10 +54,18 @@ def evaluate(expression: str, max_exponent: int = 100) -> float:
 
 class CalculatorTool(Tool):
     name = "calculator"
-    schema = {"type": "function", "function": {
-        "name": "calculator", "description": "Evaluate an arithmetic expression.",
-        "parameters": {"type": "object", "required": ["expression"],
-                       "properties": {"expression": {"type": "string"}}}}}
+    schema = {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {
+                "type": "object",
+                "required": ["expression"],
+                "properties": {"expression": {"type": "string"}},
+            },
+        },
+    }
 
     def __init__(self, precision: int = 6) -> None:
         self.precision = precision

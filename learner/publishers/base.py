@@ -12,6 +12,7 @@ pushes a watcher thread on rank 0 asks every generator for `/model_info` each
 so the launcher has paused it first), or that reports another weight version than the
 last push, gets the last pushed weights the same way, and is then continued.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,9 +44,18 @@ class PushResult:
 
 
 class WeightPublisher(ABC):
-    def __init__(self, engine, client=None, pause_mode: str = "abort", probe_check: bool = False,
-                 probe_tolerance: float = 1e-4, probe_ids: Optional[List[int]] = None,
-                 heal: bool = False, heal_interval_s: float = 1.0, restart_timeout_s: float = 300.0):
+    def __init__(
+        self,
+        engine,
+        client=None,
+        pause_mode: str = "abort",
+        probe_check: bool = False,
+        probe_tolerance: float = 1e-4,
+        probe_ids: Optional[List[int]] = None,
+        heal: bool = False,
+        heal_interval_s: float = 1.0,
+        restart_timeout_s: float = 300.0,
+    ):
         self.engine, self.client = engine, client
         self.pause_mode = pause_mode
         self.probe_check, self.probe_tolerance = probe_check, probe_tolerance
@@ -95,8 +105,7 @@ class WeightPublisher(ABC):
                     self.broken = True
             if self.io is not None and self.broken:
                 if not self.heal:
-                    raise RuntimeError(f"weight push {version} failed on a generator "
-                                       f"(learner.heal_generators is off)")
+                    raise RuntimeError(f"weight push {version} failed on a generator (learner.heal_generators is off)")
                 self._recover()
                 result.extra["healed"] = 1.0
             if self.io is not None:
@@ -142,13 +151,13 @@ class WeightPublisher(ABC):
                     self.io.run(self.client.continue_generation())
                 self.broken = False
                 self.heals += 1
-                log.warning("weight publisher: generators %s hold the last pushed weights again",
-                            list(health))
+                log.warning("weight publisher: generators %s hold the last pushed weights again", list(health))
                 return
             except (GeneratorError, RuntimeError) as e:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"weight publisher: generators not back within "
-                                       f"{self.restart_timeout_s:.0f} s: {e}") from e
+                    raise RuntimeError(
+                        f"weight publisher: generators not back within {self.restart_timeout_s:.0f} s: {e}"
+                    ) from e
                 time.sleep(min(1.0, self.heal_interval_s or 1.0))
 
     def _watch(self) -> None:
@@ -189,12 +198,23 @@ class WeightPublisher(ABC):
         rows = None
         gen_logps: List[float] = []
         if self.io is not None:
-            res = self.io.run(self.client.generate(
-                list(self.probe_ids), SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1.0,
-                                                     sampling_seed=1234)))
+            res = self.io.run(
+                self.client.generate(
+                    list(self.probe_ids),
+                    SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1.0, sampling_seed=1234),
+                )
+            )
             n = len(res.output_ids)
-            rows = [TrainRow(list(self.probe_ids) + res.output_ids, len(self.probe_ids), [1] * n,
-                             res.logprobs, res.versions, [0.0] * n)]
+            rows = [
+                TrainRow(
+                    list(self.probe_ids) + res.output_ids,
+                    len(self.probe_ids),
+                    [1] * n,
+                    res.logprobs,
+                    res.versions,
+                    [0.0] * n,
+                )
+            ]
             gen_logps = res.logprobs
         rows = broadcast_rows(rows)
         mine = self.engine.logprobs(rows)[0]
@@ -202,8 +222,9 @@ class WeightPublisher(ABC):
             return 0.0
         diff = max((abs(a - b) for a, b in zip(mine, gen_logps)), default=0.0)
         if diff > self.probe_tolerance:
-            raise ProbeMismatch(f"generator log-probs differ from the learner's by {diff:.3g} "
-                                f"(> {self.probe_tolerance}) after the push")
+            raise ProbeMismatch(
+                f"generator log-probs differ from the learner's by {diff:.3g} (> {self.probe_tolerance}) after the push"
+            )
         return diff
 
     def close(self) -> None:

@@ -1,5 +1,6 @@
 """Push weights through the file system: an HF safetensors checkpoint per version in the run
 dir, loaded by every generator with `/update_weights_from_disk`; old versions removed."""
+
 from __future__ import annotations
 
 import os
@@ -13,9 +14,11 @@ def pushed_versions(weights_dir: str) -> List[Tuple[int, str]]:
     """(version, path) of the complete pushes in `weights_dir` (`vNNNNNN/`), oldest first."""
     if not os.path.isdir(weights_dir):
         return []
-    return sorted((int(d[1:]), os.path.join(weights_dir, d)) for d in os.listdir(weights_dir)
-                  if d[:1] == "v" and d[1:].isdigit()
-                  and os.path.exists(os.path.join(weights_dir, d, "config.json")))
+    return sorted(
+        (int(d[1:]), os.path.join(weights_dir, d))
+        for d in os.listdir(weights_dir)
+        if d[:1] == "v" and d[1:].isdigit() and os.path.exists(os.path.join(weights_dir, d, "config.json"))
+    )
 
 
 class DiskPublisher(WeightPublisher):
@@ -32,12 +35,14 @@ class DiskPublisher(WeightPublisher):
         self.engine.export_hf(path)  # every rank: ZeRO-3 gathers; rank 0 writes
         if not self.leader:
             return
-        result.bytes = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)
-                           if f.endswith(".safetensors"))
+        result.bytes = sum(
+            os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".safetensors")
+        )
         self.last = (version, os.path.abspath(path))
         if self.client is not None and not self.broken:
-            self.broken = not self._try(self.client.update_weights_from_disk(*self.last[::-1]),
-                                        f"update_weights_from_disk v{version}")
+            self.broken = not self._try(
+                self.client.update_weights_from_disk(*self.last[::-1]), f"update_weights_from_disk v{version}"
+            )
         self._clean()
 
     def _redeliver(self) -> None:
@@ -45,5 +50,5 @@ class DiskPublisher(WeightPublisher):
             self.io.run(self.client.update_weights_from_disk(self.last[1], self.last[0]))
 
     def _clean(self) -> None:
-        for _, old in pushed_versions(self.weights_dir)[:-self.keep]:
+        for _, old in pushed_versions(self.weights_dir)[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)

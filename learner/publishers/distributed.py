@@ -5,6 +5,7 @@ are the generator servers (areal_mem.weight_transport does the group and the
 broadcast). Each bucket is announced with `/update_weights_from_distributed`
 while rank 0 broadcasts its tensors in the announced order.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,10 +23,17 @@ log = logging.getLogger(__name__)
 
 
 class DistributedPublisher(WeightPublisher):
-    def __init__(self, engine, client, bucket_mb: float = 512.0, master_address: str = "127.0.0.1",
-                 ranks_per_server: int = 1, **kwargs):
+    def __init__(
+        self,
+        engine,
+        client,
+        bucket_mb: float = 512.0,
+        master_address: str = "127.0.0.1",
+        ranks_per_server: int = 1,
+        **kwargs,
+    ):
         super().__init__(engine, client, **kwargs)
-        self.bucket_bytes = int(bucket_mb * 2 ** 20)
+        self.bucket_bytes = int(bucket_mb * 2**20)
         self.master_address, self.ranks_per_server = master_address, ranks_per_server
         self.group_name = f"weights-{uuid.uuid4().hex[:8]}"
         self.backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -46,10 +54,14 @@ class DistributedPublisher(WeightPublisher):
             raise GeneratorError(f"cannot form the weight group: generator(s) {down} not answering")
         port = free_port(self.master_address)
         world = 1 + self.ranks_per_server * len(self.client.urls)
-        fut = self.io.submit(self.client.init_weights_update_group(
-            self.master_address, port, self.group_name, self.backend, self.ranks_per_server))
-        self.group = WeightGroup.join(self.master_address, port, world, 0, self.group_name,
-                                      self.backend, timeout_s=timeout_s)
+        fut = self.io.submit(
+            self.client.init_weights_update_group(
+                self.master_address, port, self.group_name, self.backend, self.ranks_per_server
+            )
+        )
+        self.group = WeightGroup.join(
+            self.master_address, port, world, 0, self.group_name, self.backend, timeout_s=timeout_s
+        )
         fut.result()
 
     def _push(self, version: int, result: PushResult) -> None:
@@ -81,8 +93,9 @@ class DistributedPublisher(WeightPublisher):
 
     def _send(self, bucket, version: int) -> None:
         meta = BucketMeta.of(bucket)
-        fut = self.io.submit(self.client.update_weights_from_distributed(
-            meta.names, meta.dtypes, meta.shapes, self.group_name, version))
+        fut = self.io.submit(
+            self.client.update_weights_from_distributed(meta.names, meta.dtypes, meta.shapes, self.group_name, version)
+        )
         try:
             self.group.broadcast_bucket(bucket)
         except BaseException:

@@ -8,6 +8,7 @@ error, 5xx, timeout) is skipped for a cool-down and the request is resent elsewh
 server is resent with its tokens so far appended and the remaining budget; each token keeps
 the weight version the server reported for it, so one result can span several versions.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -82,9 +83,17 @@ def token_versions(meta: Dict[str, Any], n: int) -> List[int]:
 
 
 class GeneratorClient:
-    def __init__(self, urls: Sequence[str], token: str = "", timeout_s: float = 300.0,
-                 max_retries: int = 3, cooldown_s: float = 5.0, flush_retry_s: float = 0.2,
-                 on_request: Optional[Hook] = None, on_response: Optional[Hook] = None):
+    def __init__(
+        self,
+        urls: Sequence[str],
+        token: str = "",
+        timeout_s: float = 300.0,
+        max_retries: int = 3,
+        cooldown_s: float = 5.0,
+        flush_retry_s: float = 0.2,
+        on_request: Optional[Hook] = None,
+        on_response: Optional[Hook] = None,
+    ):
         if not urls:
             raise ValueError("GeneratorClient needs at least one server url")
         self.servers = [_Server(u.rstrip("/")) for u in urls]
@@ -92,7 +101,7 @@ class GeneratorClient:
         self.timeout_s, self.max_retries = timeout_s, max_retries
         self.cooldown_s, self.flush_retry_s = cooldown_s, flush_retry_s
         self.on_request, self.on_response = on_request, on_response
-        self._sticky: "OrderedDict[str, _Server]" = OrderedDict()
+        self._sticky: OrderedDict[str, _Server] = OrderedDict()
         self._rid_server: Dict[str, _Server] = {}
         self._active: set = set()  # rids of this client's generate calls in progress
         self._cancelled: set = set()  # ... of those, the ones abort_request ended on purpose
@@ -120,7 +129,7 @@ class GeneratorClient:
             async with self._http().request(method, server.url + route, json=payload) as resp:
                 text = await resp.text()
                 status = resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             raise _ServerDown(f"{server.url}{route}: {type(e).__name__}: {e}") from e
         try:  # SGLang answers some routes (/health, /flush_cache) with plain text
             body = json.loads(text) if text else None
@@ -157,8 +166,13 @@ class GeneratorClient:
         self._sticky.pop(sticky_key, None)
 
     # ---- generation ----
-    async def generate(self, input_ids: List[int], sampling: SamplingParams,
-                       rid: Optional[str] = None, sticky_key: Optional[str] = None) -> GenerationResult:
+    async def generate(
+        self,
+        input_ids: List[int],
+        sampling: SamplingParams,
+        rid: Optional[str] = None,
+        sticky_key: Optional[str] = None,
+    ) -> GenerationResult:
         rid = rid or uuid.uuid4().hex
         self._active.add(rid)
         try:
@@ -167,8 +181,9 @@ class GeneratorClient:
             self._active.discard(rid)
             self._cancelled.discard(rid)
 
-    async def _generate(self, input_ids: List[int], sampling: SamplingParams, rid: str,
-                        sticky_key: Optional[str]) -> GenerationResult:
+    async def _generate(
+        self, input_ids: List[int], sampling: SamplingParams, rid: str, sticky_key: Optional[str]
+    ) -> GenerationResult:
         out_ids: List[int] = []
         logps: List[float] = []
         versions: List[int] = []
@@ -178,10 +193,21 @@ class GeneratorClient:
 
         def result(kind: str, matched=None) -> GenerationResult:
             return GenerationResult(
-                output_ids=out_ids, logprobs=logps, versions=versions, finish_reason=kind,
-                matched_stop=matched, prompt_tokens=len(input_ids),
-                meta={"rid": rid, "server": server_url, "resumes": resumes, "failures": failures,
-                      "e2e_latency": time.monotonic() - t0, "text": text})
+                output_ids=out_ids,
+                logprobs=logps,
+                versions=versions,
+                finish_reason=kind,
+                matched_stop=matched,
+                prompt_tokens=len(input_ids),
+                meta={
+                    "rid": rid,
+                    "server": server_url,
+                    "resumes": resumes,
+                    "failures": failures,
+                    "e2e_latency": time.monotonic() - t0,
+                    "text": text,
+                },
+            )
 
         while True:
             if rid in self._cancelled:  # aborted between two attempts
@@ -190,8 +216,12 @@ class GeneratorClient:
             params = replace(sampling, max_new_tokens=remaining)
             if sampling.min_new_tokens:
                 params.min_new_tokens = max(0, sampling.min_new_tokens - len(out_ids))
-            payload = {"input_ids": list(input_ids) + out_ids, "sampling_params": params.to_sglang(),
-                       "return_logprob": True, "rid": rid}
+            payload = {
+                "input_ids": list(input_ids) + out_ids,
+                "sampling_params": params.to_sglang(),
+                "return_logprob": True,
+                "rid": rid,
+            }
             server = self._pick(sticky_key)
             server.outstanding += 1
             self._rid_server[rid] = server
@@ -205,7 +235,7 @@ class GeneratorClient:
                     raise GeneratorUnavailable(f"request {rid}: gave up after {failures} failures: {e}") from e
                 if sticky_key is not None:
                     self._sticky.pop(sticky_key, None)
-                await asyncio.sleep(min(2.0, 0.05 * 2 ** failures))
+                await asyncio.sleep(min(2.0, 0.05 * 2**failures))
                 continue
             finally:
                 server.outstanding -= 1
@@ -231,13 +261,15 @@ class GeneratorClient:
             return result(kind, finish.get("matched"))
 
     # ---- admin calls (the learner's side); each goes to every server ----
-    async def _all(self, method: str, route: str, payload: Optional[dict] = None,
-                   payloads: Optional[List[dict]] = None) -> List[Any]:
+    async def _all(
+        self, method: str, route: str, payload: Optional[dict] = None, payloads: Optional[List[dict]] = None
+    ) -> List[Any]:
         async def one(i: int, s: _Server):
             try:
                 return await self._call(s, method, route, payloads[i] if payloads else payload)
             except _ServerDown as e:
                 raise GeneratorError(str(e), 0, s.url) from e
+
         return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(self.servers))))
 
     @staticmethod
@@ -268,36 +300,66 @@ class GeneratorClient:
         except _ServerDown as e:
             raise GeneratorError(str(e), 0, s.url) from e
 
-    async def update_weights_from_disk(self, path: str, version: int,
-                                       abort_all_requests: bool = False) -> List[dict]:
-        payload = {"model_path": path, "weight_version": str(version),
-                   "abort_all_requests": abort_all_requests}
-        return self._check_success("/update_weights_from_disk",
-                                   await self._all("POST", "/update_weights_from_disk", payload), self.urls)
+    async def update_weights_from_disk(self, path: str, version: int, abort_all_requests: bool = False) -> List[dict]:
+        payload = {"model_path": path, "weight_version": str(version), "abort_all_requests": abort_all_requests}
+        return self._check_success(
+            "/update_weights_from_disk", await self._all("POST", "/update_weights_from_disk", payload), self.urls
+        )
 
-    async def init_weights_update_group(self, master_address: str, master_port: int,
-                                        group_name: str = "weights", backend: str = "gloo",
-                                        ranks_per_server: int = 1) -> int:
+    async def init_weights_update_group(
+        self,
+        master_address: str,
+        master_port: int,
+        group_name: str = "weights",
+        backend: str = "gloo",
+        ranks_per_server: int = 1,
+    ) -> int:
         """Every server joins the group (rank 0 is the caller, who must join at the same time).
 
         Returns the group's world size: 1 + ranks_per_server x servers.
         """
         world = 1 + ranks_per_server * len(self.servers)
-        payloads = [{"master_address": master_address, "master_port": master_port,
-                     "rank_offset": 1 + i * ranks_per_server, "world_size": world,
-                     "group_name": group_name, "backend": backend} for i in range(len(self.servers))]
-        self._check_success("/init_weights_update_group",
-                            await self._all("POST", "/init_weights_update_group", payloads=payloads), self.urls)
+        payloads = [
+            {
+                "master_address": master_address,
+                "master_port": master_port,
+                "rank_offset": 1 + i * ranks_per_server,
+                "world_size": world,
+                "group_name": group_name,
+                "backend": backend,
+            }
+            for i in range(len(self.servers))
+        ]
+        self._check_success(
+            "/init_weights_update_group",
+            await self._all("POST", "/init_weights_update_group", payloads=payloads),
+            self.urls,
+        )
         return world
 
-    async def update_weights_from_distributed(self, names: List[str], dtypes: List[str],
-                                              shapes: List[List[int]], group_name: str,
-                                              version: int, flush_cache: bool = False) -> List[dict]:
+    async def update_weights_from_distributed(
+        self,
+        names: List[str],
+        dtypes: List[str],
+        shapes: List[List[int]],
+        group_name: str,
+        version: int,
+        flush_cache: bool = False,
+    ) -> List[dict]:
         """Announce a bucket; the caller broadcasts its tensors in this order meanwhile."""
-        payload = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
-                   "weight_version": str(version), "flush_cache": flush_cache}
-        return self._check_success("/update_weights_from_distributed",
-                                   await self._all("POST", "/update_weights_from_distributed", payload), self.urls)
+        payload = {
+            "names": names,
+            "dtypes": dtypes,
+            "shapes": shapes,
+            "group_name": group_name,
+            "weight_version": str(version),
+            "flush_cache": flush_cache,
+        }
+        return self._check_success(
+            "/update_weights_from_distributed",
+            await self._all("POST", "/update_weights_from_distributed", payload),
+            self.urls,
+        )
 
     async def flush_cache(self, timeout_s: float = 60.0) -> None:
         """Flush every server's cache, retrying while one answers 400 (requests in flight)."""
@@ -323,6 +385,7 @@ class GeneratorClient:
 
     async def health(self) -> Dict[str, bool]:
         """url -> healthy; a healthy answer also ends a server's cool-down."""
+
         async def one(s: _Server) -> bool:
             try:
                 await self._call(s, "GET", "/health")
@@ -330,6 +393,7 @@ class GeneratorClient:
                 return False
             s.down_until = 0.0
             return True
+
         return dict(zip(self.urls, await asyncio.gather(*(one(s) for s in self.servers))))
 
     async def close(self) -> None:
@@ -337,7 +401,7 @@ class GeneratorClient:
             await self._session.close()
             self._session = None
 
-    async def __aenter__(self) -> "GeneratorClient":
+    async def __aenter__(self) -> GeneratorClient:
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -346,6 +410,12 @@ class GeneratorClient:
 
 def client_from_config(cfg, urls: Optional[Sequence[str]] = None, **hooks) -> GeneratorClient:
     """A client for `urls` (default `cfg.urls`) with a `GeneratorConfig`'s timeouts and retries."""
-    return GeneratorClient(list(urls or cfg.urls), token=cfg.token, timeout_s=cfg.request_timeout_s,
-                           max_retries=cfg.max_retries, cooldown_s=cfg.server_cooldown_s,
-                           flush_retry_s=cfg.flush_retry_s, **hooks)
+    return GeneratorClient(
+        list(urls or cfg.urls),
+        token=cfg.token,
+        timeout_s=cfg.request_timeout_s,
+        max_retries=cfg.max_retries,
+        cooldown_s=cfg.server_cooldown_s,
+        flush_retry_s=cfg.flush_retry_s,
+        **hooks,
+    )

@@ -4,6 +4,7 @@ With `generator.backend: embedded` (the default) it is the embedded PyTorch serv
 speaks SGLang's HTTP API; with `sglang` it runs `python -m sglang.launch_server` in the
 foreground. Either way the URL goes to `--ready-file` once the server answers `/health`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,22 +19,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     sub = parser.add_subparsers(dest="generator_command", metavar="<subcommand>", required=True)
     p = sub.add_parser(
-        "serve", help="serve a Hugging Face causal LM over SGLang's HTTP API until SIGTERM/SIGINT",
+        "serve",
+        help="serve a Hugging Face causal LM over SGLang's HTTP API until SIGTERM/SIGINT",
         description="Serve a Hugging Face causal LM over SGLang's native HTTP API (/generate, "
-                    "weight updates, pause/continue). The embedded backend decodes with continuous "
-                    "batching and a KV cache on CPU or one GPU. Config keys: generator.* (see "
-                    "docs/generator.md), e.g. generator.max_batch_size=32 generator.device=cpu. "
-                    "Binds 127.0.0.1 unless told otherwise; another address needs a token "
-                    f"(generator.token or ${TOKEN_ENV}).")
+        "weight updates, pause/continue). The embedded backend decodes with continuous "
+        "batching and a KV cache on CPU or one GPU. Config keys: generator.* (see "
+        "docs/generator.md), e.g. generator.max_batch_size=32 generator.device=cpu. "
+        "Binds 127.0.0.1 unless told otherwise; another address needs a token "
+        f"(generator.token or ${TOKEN_ENV}).",
+    )
     p.add_argument("--model", help="model folder in Hugging Face format (default: model.path)")
     p.add_argument("--host", help="bind address (default: generator.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: generator.port; 0 picks a free one)")
     p.add_argument("--ready-file", metavar="FILE", help="write the server URL here once it serves")
-    p.add_argument("--weight-version", default="0",
-                   help="version of the weights it starts with, e.g. after a restart (default 0)")
-    p.add_argument("--paused", action="store_true",
-                   help="start paused: /generate waits for /continue_generation (a restarted server "
-                        "that must first receive the learner's current weights)")
+    p.add_argument(
+        "--weight-version", default="0", help="version of the weights it starts with, e.g. after a restart (default 0)"
+    )
+    p.add_argument(
+        "--paused",
+        action="store_true",
+        help="start paused: /generate waits for /continue_generation (a restarted server "
+        "that must first receive the learner's current weights)",
+    )
     add_config_arguments(p)
 
 
@@ -67,8 +74,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"areal-mem generator: {e}", file=sys.stderr)
         return 2
     if g.backend == "sglang":
-        return _serve_sglang(model, host, port, token, list(g.sglang_args), g.startup_timeout_s,
-                             args.ready_file)
+        return _serve_sglang(model, host, port, token, list(g.sglang_args), g.startup_timeout_s, args.ready_file)
 
     import torch
 
@@ -76,14 +82,22 @@ def run(args: argparse.Namespace) -> int:
 
     if g.torch_threads > 0:
         torch.set_num_threads(g.torch_threads)
-    server = build_server(model, g.max_batch_size, g.device, g.dtype, g.max_context_len, token,
-                          g.weight_group_timeout_s, args.weight_version, _weights_dirs(cfg, model))
+    server = build_server(
+        model,
+        g.max_batch_size,
+        g.device,
+        g.dtype,
+        g.max_context_len,
+        token,
+        g.weight_group_timeout_s,
+        args.weight_version,
+        _weights_dirs(cfg, model),
+    )
     if args.paused:
         server.engine.pause("abort")
 
     async def main() -> None:
-        task = asyncio.ensure_future(serve(server, host, port,
-                                           lambda url: write_ready_file(args.ready_file, url)))
+        task = asyncio.ensure_future(serve(server, host, port, lambda url: write_ready_file(args.ready_file, url)))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)
@@ -113,8 +127,7 @@ def _weights_dirs(cfg, model: str) -> list:
     return [model, base, os.path.join(cfg.run_dir, "weights")]
 
 
-def _serve_sglang(model: str, host: str, port: int, token: str, extra, timeout_s: float,
-                  ready_file) -> int:
+def _serve_sglang(model: str, host: str, port: int, token: str, extra, timeout_s: float, ready_file) -> int:
     """SGLang in the foreground: ready once healthy, stopped with this process."""
     import signal
 

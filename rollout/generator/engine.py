@@ -7,6 +7,7 @@ different lengths share one forward pass; rows leave as soon as they
 finish and the common left padding is trimmed. Weights change only between steps, and every
 token records the weight version that sampled it.
 """
+
 from __future__ import annotations
 
 import collections
@@ -35,7 +36,7 @@ class Request:
     rid: str
     prompt_ids: List[int]
     spec: SamplingSpec
-    on_done: Callable[["Request"], None]  # called once, from the engine thread
+    on_done: Callable[[Request], None]  # called once, from the engine thread
     generator: Optional[torch.Generator] = None  # set for a sampling_seed; None: the engine's stream
     output_ids: List[int] = field(default_factory=list)
     logprobs: List[float] = field(default_factory=list)
@@ -57,8 +58,15 @@ def _pad_left(t: torch.Tensor, n: int) -> torch.Tensor:
 
 
 class Engine:
-    def __init__(self, model, eos_ids: Iterable[int], max_batch_size: int, max_context_len: int,
-                 decode: Optional[Callable[[List[int]], str]] = None, version: str = "0"):
+    def __init__(
+        self,
+        model,
+        eos_ids: Iterable[int],
+        max_batch_size: int,
+        max_context_len: int,
+        decode: Optional[Callable[[List[int]], str]] = None,
+        version: str = "0",
+    ):
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.eos_ids: Set[int] = set(eos_ids)
@@ -93,7 +101,7 @@ class Engine:
         self._thread = threading.Thread(target=self._loop, name="generator-engine", daemon=True)
 
     # ---- lifecycle and control (any thread) ----
-    def start(self) -> "Engine":
+    def start(self) -> Engine:
         self._thread.start()
         return self
 
@@ -116,10 +124,16 @@ class Engine:
         return self._paused
 
     def stats(self) -> dict:
-        return {"busy_s": self.busy_s, "uptime_s": time.monotonic() - self.started_at,
-                "steps": self.steps, "tokens": self.tokens_out,
-                "prefill_s": self.prefill_s, "prefill_tokens": self.prefill_tokens,
-                "decode_s": self.decode_s, "decode_rows": self.decode_rows}
+        return {
+            "busy_s": self.busy_s,
+            "uptime_s": time.monotonic() - self.started_at,
+            "steps": self.steps,
+            "tokens": self.tokens_out,
+            "prefill_s": self.prefill_s,
+            "prefill_tokens": self.prefill_tokens,
+            "decode_s": self.decode_s,
+            "decode_rows": self.decode_rows,
+        }
 
     def in_flight(self) -> int:
         with self._cv:
@@ -156,8 +170,7 @@ class Engine:
         with self._control():
             return self._abort_where(lambda r: rid is None or r.rid == rid, message)
 
-    def load_weights(self, named: Sequence[Tuple[str, torch.Tensor]], version: Optional[str],
-                     complete: bool) -> int:
+    def load_weights(self, named: Sequence[Tuple[str, torch.Tensor]], version: Optional[str], complete: bool) -> int:
         """Copy tensors into the model between steps; all are checked before any is copied.
 
         complete: the tensors must cover every parameter (a full checkpoint).
@@ -205,8 +218,9 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._stopping and (self._paused or self._control_waiting
-                                              or not (self._waiting or self._rows)):
+                while not self._stopping and (
+                    self._paused or self._control_waiting or not (self._waiting or self._rows)
+                ):
                     self._cv.wait()
                 if self._stopping:
                     return
@@ -241,8 +255,14 @@ class Engine:
                     self.busy_s += time.monotonic() - t0
 
     def _forward(self, ids, mask, pos, cache):
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                         logits_to_keep=1, **{self._cache_kw: cache})
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kw: cache},
+        )
         return out.logits[:, -1]
 
     def _prefill(self, joiners: List[Request]) -> None:
@@ -262,9 +282,16 @@ class Engine:
             logits = self._forward(ids, None, pos, cache)
             parts.append((rows, cache, n, self._sample_and_record(rows, logits)))
         width = max([n for _, _, n, _ in parts] + ([self._mask.shape[1]] if self._rows else []))
-        masks = [torch.cat([torch.zeros((len(rows), width - n), dtype=torch.long, device=self.device),
-                            torch.ones((len(rows), n), dtype=torch.long, device=self.device)], dim=1)
-                 for rows, _, n, _ in parts]
+        masks = [
+            torch.cat(
+                [
+                    torch.zeros((len(rows), width - n), dtype=torch.long, device=self.device),
+                    torch.ones((len(rows), n), dtype=torch.long, device=self.device),
+                ],
+                dim=1,
+            )
+            for rows, _, n, _ in parts
+        ]
         caches = [(c, width - n) for _, c, n, _ in parts]
         rows = [r for part in parts for r in part[0]]
         lens = [torch.full((len(part[0]),), part[2], device=self.device) for part in parts]
@@ -285,8 +312,12 @@ class Engine:
         self._drop_finished()
 
     def _sample_and_record(self, rows: List[Request], logits: torch.Tensor) -> torch.Tensor:
-        banned = [sorted((set() if r.spec.ignore_eos else self.eos_ids) | set(r.spec.stop_token_ids))
-                  if len(r.output_ids) < r.spec.min_new_tokens else () for r in rows]
+        banned = [
+            sorted((set() if r.spec.ignore_eos else self.eos_ids) | set(r.spec.stop_token_ids))
+            if len(r.output_ids) < r.spec.min_new_tokens
+            else ()
+            for r in rows
+        ]
         tokens, logps = sample(logits, [r.spec for r in rows], [r.generator for r in rows], banned, self._rng)
         self.tokens_out += len(rows)
         for r, t, lp in zip(rows, tokens.tolist(), logps.tolist()):
@@ -305,7 +336,7 @@ class Engine:
         if (t in self.eos_ids and not spec.ignore_eos) or t in spec.stop_token_ids:
             return {"type": "stop", "matched": t}
         if spec.stop and self.decode is not None:
-            tail = self.decode(r.output_ids[-(max(len(s) for s in spec.stop) + 8):])
+            tail = self.decode(r.output_ids[-(max(len(s) for s in spec.stop) + 8) :])
             for s in spec.stop:
                 if s in tail:
                     return {"type": "stop", "matched": s}
@@ -324,9 +355,13 @@ class Engine:
         idx = torch.tensor(keep, device=self.device)
         mask = self._mask[idx]
         trim = int(mask.argmax(dim=1).min())  # left padding that every row has
-        self._set_rows([self._rows[i] for i in keep],
-                       kv_cache.select_rows(self._cache, idx, trim),
-                       mask[:, trim:], self._pos[idx], self._last[idx])
+        self._set_rows(
+            [self._rows[i] for i in keep],
+            kv_cache.select_rows(self._cache, idx, trim),
+            mask[:, trim:],
+            self._pos[idx],
+            self._last[idx],
+        )
 
     def _drop_finished(self) -> None:
         done = [r for r in self._rows if r.finish is not None]

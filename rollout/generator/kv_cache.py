@@ -5,6 +5,7 @@ step; here each layer's keys and values live in a buffer with spare columns, a d
 writes its one column in place, and copies happen only when the batch changes (rows join,
 leave, or the buffer is full).
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -16,15 +17,14 @@ HEADROOM = 64  # spare columns added whenever a buffer is (re)allocated
 
 
 class BatchKVLayer(DynamicLayer):
-    def __init__(self, keys: Optional[torch.Tensor] = None, values: Optional[torch.Tensor] = None,
-                 length: int = 0):
+    def __init__(self, keys: Optional[torch.Tensor] = None, values: Optional[torch.Tensor] = None, length: int = 0):
         super().__init__()
         self._k, self._v, self.length = keys, values, length
         if keys is not None:
             self._expose()
 
     def _expose(self) -> None:
-        self.keys, self.values = self._k[:, :, :self.length], self._v[:, :, :self.length]
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
         self.is_initialized = True
         self.device = self._k.device
 
@@ -33,8 +33,8 @@ class BatchKVLayer(DynamicLayer):
         if self._k is None or self.length + n > self._k.shape[2]:
             self._k = _with_room(self._k, key_states, self.length, n)
             self._v = _with_room(self._v, value_states, self.length, n)
-        self._k[:, :, self.length:self.length + n] = key_states
-        self._v[:, :, self.length:self.length + n] = value_states
+        self._k[:, :, self.length : self.length + n] = key_states
+        self._v[:, :, self.length : self.length + n] = value_states
         self.length += n
         self._expose()
         return self.keys, self.values
@@ -78,8 +78,8 @@ def merge(parts: Sequence[Tuple[Cache, int]]) -> Cache:
         for cache, pad in parts:
             layer = cache.layers[i]
             b = layer.keys.shape[0]
-            k[row:row + b, :, pad:width] = layer.keys
-            v[row:row + b, :, pad:width] = layer.values
+            k[row : row + b, :, pad:width] = layer.keys
+            v[row : row + b, :, pad:width] = layer.values
             row += b
         out.append(BatchKVLayer(k, v, width))
     return Cache(layers=out)
@@ -88,5 +88,5 @@ def merge(parts: Sequence[Tuple[Cache, int]]) -> Cache:
 def _pad(t: torch.Tensor, left: int, right: int) -> torch.Tensor:
     b, h, n, d = t.shape
     out = t.new_zeros((b, h, left + n + right, d))
-    out[:, :, left:left + n] = t
+    out[:, :, left : left + n] = t
     return out

@@ -6,6 +6,7 @@
 `.url` and `.stop()`. The embedded server gets its token through the environment, never
 on the command line (where `ps` would show it); SGLang only takes `--api-key`.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,7 @@ class ServerHandle:
         if self.child.stop(timeout_s) == 0 and self.temp_log and os.path.exists(self.log_path):
             os.unlink(self.log_path)
 
-    def __enter__(self) -> "ServerHandle":
+    def __enter__(self) -> ServerHandle:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -60,26 +61,54 @@ def health_ok(url: str, token: str) -> bool:
         return r.status == 200
 
 
-def start_embedded_generator(model_path: str, host: str = "127.0.0.1", port: int = 0,
-                             token: str = "", max_batch_size: int = 32, device: str = "cpu",
-                             dtype: str = "float32", max_context_len: int = 0,
-                             startup_timeout_s: float = 180.0, log_path: str = "",
-                             torch_threads: int = 1, weight_group_timeout_s: float = 600.0,
-                             weight_version: str = "0", weights_dirs: Sequence[str] = ()) -> ServerHandle:
+def start_embedded_generator(
+    model_path: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str = "",
+    max_batch_size: int = 32,
+    device: str = "cpu",
+    dtype: str = "float32",
+    max_context_len: int = 0,
+    startup_timeout_s: float = 180.0,
+    log_path: str = "",
+    torch_threads: int = 1,
+    weight_group_timeout_s: float = 600.0,
+    weight_version: str = "0",
+    weights_dirs: Sequence[str] = (),
+) -> ServerHandle:
     """A real embedded server in a subprocess, healthy on return. port 0: the OS picks one.
     `weights_dirs`: folders /update_weights_from_disk may load from (default: the model's)."""
     check_bind("generator", host, token)
     ready = ready_file_path("generator")
-    cmd = [sys.executable, "-m", "areal_mem.cli", "generator", "serve", "--model", model_path,
-           "--host", host, "--port", str(port), "--ready-file", ready, "--weight-version", weight_version,
-           f"generator.max_batch_size={max_batch_size}", f"generator.device={device}",
-           f"generator.dtype={dtype}", f"generator.max_context_len={max_context_len}",
-           f"generator.torch_threads={torch_threads}",
-           f"generator.weight_group_timeout_s={weight_group_timeout_s}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal_mem.cli",
+        "generator",
+        "serve",
+        "--model",
+        model_path,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--ready-file",
+        ready,
+        "--weight-version",
+        weight_version,
+        f"generator.max_batch_size={max_batch_size}",
+        f"generator.device={device}",
+        f"generator.dtype={dtype}",
+        f"generator.max_context_len={max_context_len}",
+        f"generator.torch_threads={torch_threads}",
+        f"generator.weight_group_timeout_s={weight_group_timeout_s}",
+    ]
     if weights_dirs:
         cmd.append(f"generator.weights_dirs={json.dumps([os.path.abspath(d) for d in weights_dirs])}")
-    child = ChildProcess("generator", cmd, log_path or _log_path("generator"),
-                         {TOKEN_ENV: token} if token else {}).start()
+    child = ChildProcess(
+        "generator", cmd, log_path or _log_path("generator"), {TOKEN_ENV: token} if token else {}
+    ).start()
     try:
         url = wait_ready(child, ready, startup_timeout_s)
         wait_until(lambda: health_ok(url, token), child, startup_timeout_s, "/health")
@@ -89,18 +118,38 @@ def start_embedded_generator(model_path: str, host: str = "127.0.0.1", port: int
     return ServerHandle(url, child, temp_log=not log_path)
 
 
-def start_sglang_servers(model_path: str, num_servers: int = 1, host: str = "127.0.0.1",
-                         port: int = 0, token: str = "", extra_args: Sequence[str] = (),
-                         startup_timeout_s: float = 900.0, gpus_per_server: int = 1) -> List[ServerHandle]:
+def start_sglang_servers(
+    model_path: str,
+    num_servers: int = 1,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str = "",
+    extra_args: Sequence[str] = (),
+    startup_timeout_s: float = 900.0,
+    gpus_per_server: int = 1,
+) -> List[ServerHandle]:
     """`python -m sglang.launch_server` per server (GPU path), each on its own GPUs."""
     check_bind("generator", host, token)
     handles: List[ServerHandle] = []
     try:
         for i in range(num_servers):
             p = port + i if port else free_port(host)
-            cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path,
-                   "--host", host, "--port", str(p), "--tp-size", str(gpus_per_server),
-                   "--base-gpu-id", str(i * gpus_per_server), *extra_args]
+            cmd = [
+                sys.executable,
+                "-m",
+                "sglang.launch_server",
+                "--model-path",
+                model_path,
+                "--host",
+                host,
+                "--port",
+                str(p),
+                "--tp-size",
+                str(gpus_per_server),
+                "--base-gpu-id",
+                str(i * gpus_per_server),
+                *extra_args,
+            ]
             if token:
                 cmd += ["--api-key", token]  # sglang takes no env var for it
             child = ChildProcess(f"sglang{i}", cmd, _log_path(f"sglang{i}")).start()
@@ -117,15 +166,27 @@ def start_sglang_servers(model_path: str, num_servers: int = 1, host: str = "127
 def start_generators(cfg, model_path: str) -> List[ServerHandle]:
     """`cfg.num_servers` servers of `cfg.backend` (a `GeneratorConfig`), all healthy on return."""
     if cfg.backend == "sglang":
-        return start_sglang_servers(model_path, cfg.num_servers, cfg.host, cfg.port, cfg.token,
-                                    list(cfg.sglang_args), cfg.startup_timeout_s)
+        return start_sglang_servers(
+            model_path, cfg.num_servers, cfg.host, cfg.port, cfg.token, list(cfg.sglang_args), cfg.startup_timeout_s
+        )
     handles: List[ServerHandle] = []
     try:
         for i in range(cfg.num_servers):
-            handles.append(start_embedded_generator(
-                model_path, cfg.host, cfg.port + i if cfg.port else 0, cfg.token, cfg.max_batch_size,
-                cfg.device, cfg.dtype, cfg.max_context_len, cfg.startup_timeout_s,
-                torch_threads=cfg.torch_threads, weight_group_timeout_s=cfg.weight_group_timeout_s))
+            handles.append(
+                start_embedded_generator(
+                    model_path,
+                    cfg.host,
+                    cfg.port + i if cfg.port else 0,
+                    cfg.token,
+                    cfg.max_batch_size,
+                    cfg.device,
+                    cfg.dtype,
+                    cfg.max_context_len,
+                    cfg.startup_timeout_s,
+                    torch_threads=cfg.torch_threads,
+                    weight_group_timeout_s=cfg.weight_group_timeout_s,
+                )
+            )
     except BaseException:
         for h in handles:
             h.stop()

@@ -5,6 +5,7 @@ Checks follow SGLang 0.5.23's published contract (sglang/api/v1/api_types.py): u
 not know. Features the embedded server does not implement (streaming, batches, grammars,
 penalties, n > 1, ...) are refused by name instead of being silently ignored.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,19 +17,60 @@ from .sampling import ALL_TOKENS, SamplingSpec
 
 # The fields of SGLang's SamplingParams, in the schema's order (serde lists them in errors).
 SGLANG_SAMPLING_KEYS = (
-    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
-    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n",
-    "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
-    "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias",
-    "sampling_seed", "custom_params", "beam_width", "watermark", "choice",
+    "max_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "stop_regex",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_new_tokens",
+    "n",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "stream_interval",
+    "logit_bias",
+    "sampling_seed",
+    "custom_params",
+    "beam_width",
+    "watermark",
+    "choice",
 )
 # Accepted only at their neutral value.
 _NEUTRAL = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "n": 1}
-_UNSUPPORTED = ("stop_regex", "json_schema", "regex", "ebnf", "structural_tag", "logit_bias",
-                "custom_params", "beam_width", "watermark", "choice")
-INT64 = 2 ** 63 - 1  # SGLang's integer fields are int64
-_UNSUPPORTED_TOP = ("image_data", "video_data", "audio_data", "lora_path", "return_hidden_states",
-                    "token_ids_logprob", "session_params", "custom_logit_processor")
+_UNSUPPORTED = (
+    "stop_regex",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "logit_bias",
+    "custom_params",
+    "beam_width",
+    "watermark",
+    "choice",
+)
+INT64 = 2**63 - 1  # SGLang's integer fields are int64
+_UNSUPPORTED_TOP = (
+    "image_data",
+    "video_data",
+    "audio_data",
+    "lora_path",
+    "return_hidden_states",
+    "token_ids_logprob",
+    "session_params",
+    "custom_logit_processor",
+)
 
 
 class BadRequest(ValueError):
@@ -86,8 +128,9 @@ def parse_sampling(sp: Any) -> SamplingSpec:
             raise BadRequest(f"sampling_params.{key} is not supported by the embedded generator")
     for key, neutral in _NEUTRAL.items():
         if sp.get(key) is not None and sp[key] != neutral:
-            raise BadRequest(f"sampling_params.{key}={sp[key]!r} is not supported by the embedded "
-                             f"generator (only {neutral})")
+            raise BadRequest(
+                f"sampling_params.{key}={sp[key]!r} is not supported by the embedded generator (only {neutral})"
+            )
     stop = _typed(sp, "stop", (str, list), "a string or a list of strings", [])
     stop = [stop] if isinstance(stop, str) else stop
     if not all(isinstance(s, str) and s for s in stop):
@@ -102,11 +145,12 @@ def parse_sampling(sp: Any) -> SamplingSpec:
         top_k=_bounded_int(sp, "top_k", ALL_TOKENS, -INT64, INT64),
         min_p=_number(sp, "min_p", 0.0),
         min_new_tokens=_bounded_int(sp, "min_new_tokens", 0, -INT64, INT64),
-        stop=stop, stop_token_ids=stop_ids,
+        stop=stop,
+        stop_token_ids=stop_ids,
         ignore_eos=_typed(sp, "ignore_eos", bool, "a boolean", False),
         skip_special_tokens=_typed(sp, "skip_special_tokens", bool, "a boolean", True),
         no_stop_trim=_typed(sp, "no_stop_trim", bool, "a boolean", False),
-        sampling_seed=_bounded_int(sp, "sampling_seed", None, 0, 2 ** 64 - 1),  # torch's seed range
+        sampling_seed=_bounded_int(sp, "sampling_seed", None, 0, 2**64 - 1),  # torch's seed range
     )
     _typed(sp, "spaces_between_special_tokens", bool, "a boolean")
     _typed(sp, "stream_interval", int, "an integer")
@@ -133,8 +177,9 @@ class ParsedGenerate:
     return_logprob: bool
 
 
-def parse_generate(body: Any, vocab_size: int, max_context_len: int,
-                   encode: Optional[Callable[[str], List[int]]]) -> ParsedGenerate:
+def parse_generate(
+    body: Any, vocab_size: int, max_context_len: int, encode: Optional[Callable[[str], List[int]]]
+) -> ParsedGenerate:
     if not isinstance(body, dict):
         raise BadRequest(f"expected a JSON object, got {type(body).__name__}")
     text, ids = body.get("text"), body.get("input_ids")
@@ -159,24 +204,28 @@ def parse_generate(body: Any, vocab_size: int, max_context_len: int,
         raise BadRequest("input_ids: the prompt is empty")
     for i, t in enumerate(ids):
         if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size:
-            raise BadRequest(f"input_ids[{i}] = {t!r} is not a token id of this model "
-                             f"(vocabulary size {vocab_size})")
+            raise BadRequest(f"input_ids[{i}] = {t!r} is not a token id of this model (vocabulary size {vocab_size})")
     if len(ids) >= max_context_len:
-        raise BadRequest(f"the prompt has {len(ids)} tokens; the model's context is "
-                         f"{max_context_len} tokens (prompt and output)")
+        raise BadRequest(
+            f"the prompt has {len(ids)} tokens; the model's context is {max_context_len} tokens (prompt and output)"
+        )
     rid = _typed(body, "rid", str, "a string", None)
     spec = parse_sampling(body.get("sampling_params"))
     for t in spec.stop_token_ids:  # the engine indexes logits with them
         if not 0 <= t < vocab_size:
-            raise BadRequest(f"sampling_params.stop_token_ids: {t} is not a token id of this model "
-                             f"(vocabulary size {vocab_size})")
+            raise BadRequest(
+                f"sampling_params.stop_token_ids: {t} is not a token id of this model (vocabulary size {vocab_size})"
+            )
     return ParsedGenerate(rid, ids, spec, _typed(body, "return_logprob", bool, "a boolean", False))
 
 
 def build_response(req: Request, return_logprob: bool, version: str, text: str) -> Dict[str, Any]:
     meta: Dict[str, Any] = {
-        "id": req.rid, "finish_reason": req.finish, "prompt_tokens": len(req.prompt_ids),
-        "completion_tokens": len(req.output_ids), "cached_tokens": 0,
+        "id": req.rid,
+        "finish_reason": req.finish,
+        "prompt_tokens": len(req.prompt_ids),
+        "completion_tokens": len(req.output_ids),
+        "cached_tokens": 0,
         "weight_version": req.spans[-1][0] if req.spans else version,
         "e2e_latency": req.finished_at - req.created,
     }

@@ -4,6 +4,7 @@ The returned log-prob is the sampled token's log-prob under the temperature-scal
 distribution (raw logits when greedy), before top-p / top-k / min-p truncation: what SGLang
 returns by default and what the learner recomputes with the same temperature.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,9 +41,13 @@ class SamplingSpec:
         return self.top_p < 1.0 or 1 < self.top_k < ALL_TOKENS or self.min_p > 0.0
 
 
-def sample(logits: torch.Tensor, specs: Sequence[SamplingSpec],
-           generators: Sequence[Optional[torch.Generator]], banned: Sequence[Sequence[int]],
-           shared: Optional[torch.Generator] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def sample(
+    logits: torch.Tensor,
+    specs: Sequence[SamplingSpec],
+    generators: Sequence[Optional[torch.Generator]],
+    banned: Sequence[Sequence[int]],
+    shared: Optional[torch.Generator] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """One token per row of `logits` [B, V]; returns (tokens [B], log-probs [B]).
 
     A row with its own generator (a sampling_seed) draws from it alone, so its tokens do not
@@ -53,8 +58,9 @@ def sample(logits: torch.Tensor, specs: Sequence[SamplingSpec],
     for i, ids in enumerate(banned):
         if ids:
             logits[i, list(ids)] = float("-inf")
-    temps = torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in specs],
-                         device=logits.device).unsqueeze(1)
+    temps = torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in specs], device=logits.device).unsqueeze(
+        1
+    )
     logp = torch.log_softmax(logits / temps, dim=-1)
     tokens = logp.argmax(dim=-1)
     rows = [i for i, s in enumerate(specs) if not s.greedy]
@@ -66,7 +72,7 @@ def sample(logits: torch.Tensor, specs: Sequence[SamplingSpec],
         own = [j for j, i in enumerate(rows) if generators[i] is not None]
         pooled = [j for j, i in enumerate(rows) if generators[i] is None]
         for j in own:
-            tokens[rows[j]] = draw(probs[j:j + 1], generators[rows[j]])[0]
+            tokens[rows[j]] = draw(probs[j : j + 1], generators[rows[j]])[0]
         if pooled:
             tokens[[rows[j] for j in pooled]] = draw(probs[pooled], shared)
     return tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
@@ -86,8 +92,9 @@ def _truncate(probs: torch.Tensor, specs: Sequence[SamplingSpec]) -> torch.Tenso
     """Zero what top-k, top-p (nucleus, keeping the token that crosses p) and min-p cut."""
     p_sorted, idx = probs.sort(dim=-1, descending=True)
     rank = torch.arange(probs.shape[-1], device=probs.device).unsqueeze(0)
-    top_k = torch.tensor([s.top_k if 0 < s.top_k < ALL_TOKENS else probs.shape[-1] for s in specs],
-                         device=probs.device).unsqueeze(1)
+    top_k = torch.tensor(
+        [s.top_k if 0 < s.top_k < ALL_TOKENS else probs.shape[-1] for s in specs], device=probs.device
+    ).unsqueeze(1)
     top_p = torch.tensor([s.top_p for s in specs], device=probs.device).unsqueeze(1)
     min_p = torch.tensor([s.min_p for s in specs], device=probs.device).unsqueeze(1)
     cut = (rank >= top_k) | ((p_sorted.cumsum(-1) - p_sorted) > top_p) | (p_sorted < min_p * p_sorted[:, :1])

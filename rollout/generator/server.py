@@ -4,6 +4,7 @@ Handlers never block the event loop: engine control and weight transfers run in 
 threads, and a finished request wakes its handler through the loop. Every error in a
 request is answered with a 4xx in SGLang's error shape and the server keeps serving.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -65,13 +66,22 @@ def allowed_path(path: str, allowed: Sequence[str]) -> str:
         root = os.path.realpath(root)
         if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
             return real
-    raise ForbiddenPath(f"model_path {path!r} is outside the folders this server loads weights from "
-                        f"({', '.join(allowed) or 'none'}); see generator.weights_dirs")
+    raise ForbiddenPath(
+        f"model_path {path!r} is outside the folders this server loads weights from "
+        f"({', '.join(allowed) or 'none'}); see generator.weights_dirs"
+    )
 
 
 class GeneratorServer:
-    def __init__(self, engine: Engine, meta: ModelMeta, tokenizer=None, token: str = "",
-                 group_timeout_s: float = 600.0, weights_dirs: Sequence[str] = ()):
+    def __init__(
+        self,
+        engine: Engine,
+        meta: ModelMeta,
+        tokenizer=None,
+        token: str = "",
+        group_timeout_s: float = 600.0,
+        weights_dirs: Sequence[str] = (),
+    ):
         self.engine, self.meta, self.tokenizer, self.token = engine, meta, tokenizer, token
         self.group_timeout_s = group_timeout_s
         self.weights_dirs = list(weights_dirs)  # /update_weights_from_disk loads only inside these
@@ -160,13 +170,18 @@ class GeneratorServer:
         return web.Response(status=200)
 
     async def model_info(self, request: web.Request) -> web.Response:
-        return web.json_response({
-            "model_path": self.meta.model_path, "tokenizer_path": self.meta.model_path,
-            "served_model_name": self.meta.model_path,
-            "is_generation": True, "preferred_sampling_params": None,
-            "weight_version": self.engine.version, "max_context_length": self.meta.max_context_len,
-            "engine_stats": self.engine.stats(),  # busy/idle seconds for `areal-mem bench async`
-        })
+        return web.json_response(
+            {
+                "model_path": self.meta.model_path,
+                "tokenizer_path": self.meta.model_path,
+                "served_model_name": self.meta.model_path,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": self.engine.version,
+                "max_context_length": self.meta.max_context_len,
+                "engine_stats": self.engine.stats(),  # busy/idle seconds for `areal-mem bench async`
+            }
+        )
 
     async def pause_generation(self, request: web.Request) -> web.Response:
         try:
@@ -214,8 +229,13 @@ class GeneratorServer:
             return self._failed(e)
         log.info("%s: loaded %d tensors, weight_version %s", request.path, len(named), self.engine.version)
         held = self.engine.in_flight() if self.engine.paused else 0
-        return web.json_response({"success": True, "num_paused_requests": held,
-                                  "message": f"loaded {len(named)} tensors, weight_version {self.engine.version}"})
+        return web.json_response(
+            {
+                "success": True,
+                "num_paused_requests": held,
+                "message": f"loaded {len(named)} tensors, weight_version {self.engine.version}",
+            }
+        )
 
     async def update_weights_from_disk(self, request: web.Request) -> web.Response:
         async def load(body):
@@ -223,45 +243,65 @@ class GeneratorServer:
             if not isinstance(path, str) or not path or "\0" in path:
                 raise BadRequest("model_path: expected a folder path")
             if body.get("load_format") not in (None, "auto", "safetensors"):
-                raise BadRequest(f"load_format {str(body['load_format'])[:60]!r} is not supported "
-                                 f"(safetensors only)")
+                raise BadRequest(f"load_format {str(body['load_format'])[:60]!r} is not supported (safetensors only)")
             real = allowed_path(path, self.weights_dirs)
             return await asyncio.to_thread(load_safetensors_dir, real), True
+
         return await self._update(request, load)
 
     async def update_weights_from_distributed(self, request: web.Request) -> web.Response:
         async def load(body):
             names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
-            if not (isinstance(names, list) and isinstance(dtypes, list) and isinstance(shapes, list)
-                    and len(names) == len(dtypes) == len(shapes)):
+            if not (
+                isinstance(names, list)
+                and isinstance(dtypes, list)
+                and isinstance(shapes, list)
+                and len(names) == len(dtypes) == len(shapes)
+            ):
                 raise BadRequest("names, dtypes and shapes must be lists of the same length")
-            if not (all(isinstance(n, str) for n in names) and all(isinstance(d, str) for d in dtypes)
-                    and all(isinstance(s, list) and all(isinstance(x, int) and not isinstance(x, bool)
-                                                        and 0 <= x < 2 ** 40 for x in s) for s in shapes)):
+            if not (
+                all(isinstance(n, str) for n in names)
+                and all(isinstance(d, str) for d in dtypes)
+                and all(
+                    isinstance(s, list)
+                    and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**40 for x in s)
+                    for s in shapes
+                )
+            ):
                 raise BadRequest("names and dtypes must be strings, shapes lists of sizes >= 0")
             name = body.get("group_name", "")
             if not isinstance(name, str):
                 raise BadRequest(f"group_name: expected a string, got {type(name).__name__}")
             group = self.groups.get(name)
             if group is None:
-                raise BadRequest(f"group_name {name[:80]!r}: no such weight-update group; "
-                                 f"call /init_weights_update_group first (have {sorted(self.groups)})")
+                raise BadRequest(
+                    f"group_name {name[:80]!r}: no such weight-update group; "
+                    f"call /init_weights_update_group first (have {sorted(self.groups)})"
+                )
             meta = BucketMeta(names, dtypes, shapes)
             return await asyncio.to_thread(group.receive_bucket, meta, self.engine.device), False
+
         return await self._update(request, load)
 
     async def init_weights_update_group(self, request: web.Request) -> web.Response:
         try:
             b = await self._json(request)
-            for key, kind in (("master_address", str), ("master_port", int), ("rank_offset", int),
-                              ("world_size", int), ("group_name", str)):
+            for key, kind in (
+                ("master_address", str),
+                ("master_port", int),
+                ("rank_offset", int),
+                ("world_size", int),
+                ("group_name", str),
+            ):
                 if not isinstance(b.get(key), kind) or isinstance(b.get(key), bool):
                     raise BadRequest(f"{key}: expected {kind.__name__}")
             if not 1 <= b["master_port"] <= 65535:
                 raise BadRequest(f"master_port: {b['master_port']} is not a port (1..65535)")
             if not 2 <= b["world_size"] <= 1 << 16 or not 1 <= b["rank_offset"] < b["world_size"]:
-                raise BadRequest(f"world_size {b['world_size']}, rank_offset {b['rank_offset']}: need "
-                                 f"2 <= world_size and 1 <= rank_offset < world_size (the trainer is rank 0)")
+                raise BadRequest(
+                    f"world_size {b['world_size']}, rank_offset {b['rank_offset']}: need "
+                    f"2 <= world_size and 1 <= rank_offset < world_size (the trainer is rank 0)"
+                )
             if not b["master_address"] or not b["group_name"]:
                 raise BadRequest("master_address and group_name must not be empty")
             if b["group_name"] in self.groups:
@@ -272,8 +312,15 @@ class GeneratorServer:
             if not isinstance(backend, str) or backend not in WEIGHT_BACKENDS:
                 raise BadRequest(f"backend: expected one of {WEIGHT_BACKENDS}, got {str(backend)[:60]!r}")
             group = await asyncio.to_thread(
-                WeightGroup.join, b["master_address"], b["master_port"], b["world_size"],
-                b["rank_offset"], b["group_name"], backend, self.group_timeout_s)
+                WeightGroup.join,
+                b["master_address"],
+                b["master_port"],
+                b["world_size"],
+                b["rank_offset"],
+                b["group_name"],
+                backend,
+                self.group_timeout_s,
+            )
         except (BadRequest, ValueError, RuntimeError, OSError, TypeError) as e:
             return self._failed(e)
         self.groups[b["group_name"]] = group
@@ -304,25 +351,28 @@ class GeneratorServer:
         return web.json_response({"success": True, "message": "Cache flushed."})
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[json_errors_middleware(error_body),
-                                           bearer_auth_middleware(self.token)],
-                              client_max_size=MAX_BODY_BYTES)
-        app.add_routes([
-            web.post("/generate", self.generate),
-            web.get("/health", self.health),
-            web.get("/health_generate", self.health),
-            web.get("/model_info", self.model_info),
-            web.get("/get_model_info", self.model_info),
-            web.post("/pause_generation", self.pause_generation),
-            web.post("/continue_generation", self.continue_generation),
-            web.post("/abort_request", self.abort_request),
-            web.post("/update_weights_from_disk", self.update_weights_from_disk),
-            web.post("/init_weights_update_group", self.init_weights_update_group),
-            web.post("/update_weights_from_distributed", self.update_weights_from_distributed),
-            web.post("/update_weight_version", self.update_weight_version),
-            web.get("/flush_cache", self.flush_cache),
-            web.post("/flush_cache", self.flush_cache),
-        ])
+        app = web.Application(
+            middlewares=[json_errors_middleware(error_body), bearer_auth_middleware(self.token)],
+            client_max_size=MAX_BODY_BYTES,
+        )
+        app.add_routes(
+            [
+                web.post("/generate", self.generate),
+                web.get("/health", self.health),
+                web.get("/health_generate", self.health),
+                web.get("/model_info", self.model_info),
+                web.get("/get_model_info", self.model_info),
+                web.post("/pause_generation", self.pause_generation),
+                web.post("/continue_generation", self.continue_generation),
+                web.post("/abort_request", self.abort_request),
+                web.post("/update_weights_from_disk", self.update_weights_from_disk),
+                web.post("/init_weights_update_group", self.init_weights_update_group),
+                web.post("/update_weights_from_distributed", self.update_weights_from_distributed),
+                web.post("/update_weight_version", self.update_weight_version),
+                web.get("/flush_cache", self.flush_cache),
+                web.post("/flush_cache", self.flush_cache),
+            ]
+        )
         app.on_cleanup.append(self._cleanup)
         return app
 
@@ -332,9 +382,17 @@ class GeneratorServer:
         await asyncio.to_thread(self.engine.stop)
 
 
-def build_server(model_path: str, max_batch_size: int = 32, device: str = "auto", dtype: str = "float32",
-                 max_context_len: int = 0, token: str = "", group_timeout_s: float = 600.0,
-                 weight_version: str = "0", weights_dirs: Sequence[str] = ()) -> GeneratorServer:
+def build_server(
+    model_path: str,
+    max_batch_size: int = 32,
+    device: str = "auto",
+    dtype: str = "float32",
+    max_context_len: int = 0,
+    token: str = "",
+    group_timeout_s: float = 600.0,
+    weight_version: str = "0",
+    weights_dirs: Sequence[str] = (),
+) -> GeneratorServer:
     """Load the model (and its tokenizer, if the folder has one) and start the engine.
     `weights_dirs`: where /update_weights_from_disk may load from (default: the model's folder)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
@@ -357,8 +415,7 @@ def build_server(model_path: str, max_batch_size: int = 32, device: str = "auto"
     decode = (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)) if tokenizer else None
     engine = Engine(model, eos, max_batch_size, ctx, decode, weight_version).start()
     meta = ModelMeta(model_path, int(cfg.vocab_size), ctx)
-    return GeneratorServer(engine, meta, tokenizer, token, group_timeout_s,
-                           list(weights_dirs) or [model_path])
+    return GeneratorServer(engine, meta, tokenizer, token, group_timeout_s, list(weights_dirs) or [model_path])
 
 
 def _generation_config(path: str, cls):
@@ -368,8 +425,9 @@ def _generation_config(path: str, cls):
         return None
 
 
-async def serve(server: GeneratorServer, host: str, port: int,
-                on_ready: Optional[Callable[[str], None]] = None) -> None:
+async def serve(
+    server: GeneratorServer, host: str, port: int, on_ready: Optional[Callable[[str], None]] = None
+) -> None:
     """Serve until cancelled; `on_ready(url)` once listening (port 0: the OS picked one)."""
     # handler_cancellation: a client that hangs up cancels its handler, which aborts its request
     runner = web.AppRunner(server.app(), handle_signals=False, access_log=None, handler_cancellation=True)
@@ -377,8 +435,10 @@ async def serve(server: GeneratorServer, host: str, port: int,
     site = web.TCPSite(runner, host, port)
     await site.start()
     url = f"http://{host}:{site._server.sockets[0].getsockname()[1]}"
-    print(f"areal-mem generator: serving {server.meta.model_path} on {url} "
-          f"(weight_version {server.engine.version})", flush=True)
+    print(
+        f"areal-mem generator: serving {server.meta.model_path} on {url} (weight_version {server.engine.version})",
+        flush=True,
+    )
     if on_ready:
         on_ready(url)
     try:

@@ -5,6 +5,7 @@ The sglang wheel ships `sglang/api/v1/api_types.py`, generated msgspec structs w
 answer 400. Installed with `pip install --no-deps sglang==0.5.23`, the file is loaded by path
 so none of sglang's GPU dependencies are needed; tests use it to check real traffic.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -28,8 +29,9 @@ def load_sglang_api_types() -> ModuleType:
         if os.path.exists(path):
             break
     else:
-        raise ImportError(f"sglang/api/v1/api_types.py not found under {list(spec.submodule_search_locations)}; "
-                          f"{INSTALL_HINT}")
+        raise ImportError(
+            f"sglang/api/v1/api_types.py not found under {list(spec.submodule_search_locations)}; {INSTALL_HINT}"
+        )
     mod_spec = importlib.util.spec_from_file_location(_MODULE_NAME, path)
     module = importlib.util.module_from_spec(mod_spec)
     sys.modules[_MODULE_NAME] = module  # msgspec resolves the structs' forward references through it

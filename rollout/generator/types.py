@@ -1,4 +1,5 @@
 """What the rollout side sends to and gets back from a generator (SGLang's native API)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

@@ -1,4 +1,5 @@
 """Read the answer out of a final message: the last brace-matched `\\boxed{...}`."""
+
 from __future__ import annotations
 
 from typing import Optional

@@ -4,6 +4,7 @@ reward = 0 when the format is broken (see `format_error`); otherwise the metric
 (F1 as released, or EM) of the `\\boxed{}` answer against the golden answers
 when above 0, else `format_score` (0.1 as released).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

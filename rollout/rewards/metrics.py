@@ -4,6 +4,7 @@ Every metric takes the best value over the golden answers, as FlashRAG and
 MemSearcher do. yes/no/noanswer only count as an exact match (F1 0 otherwise),
 so a partial overlap cannot reward a wrong polarity.
 """
+
 from __future__ import annotations
 
 import re

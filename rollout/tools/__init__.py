@@ -1,4 +1,5 @@
 """Tools a workflow can call: the plugin API, call parsing and the wikipedia_search tool."""
+
 from .base import Tool, ToolBuild, ToolError
 from .calls import ToolCall, find_tool_calls
 

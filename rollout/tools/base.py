@@ -1,4 +1,5 @@
 """The `Tool` plugin API: a name, a JSON schema for the prompt, and one async call returning text."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

@@ -4,6 +4,7 @@ Tool calls are JSON only: `json.loads`, never `eval`. A block that is not a JSON
 object with a string `name` and an object `arguments` is kept with an `error`
 so the workflow can answer it with an error message instead of failing.
 """
+
 from __future__ import annotations
 
 import json

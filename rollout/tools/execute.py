@@ -4,6 +4,7 @@ A failing call never ends the episode: a parse error, an unknown tool, bad
 arguments, a timeout or a backend error becomes the response text, so the
 model sees what went wrong and the rollout keeps going.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,7 @@ async def execute_call(call: ToolCall, tools: Mapping[str, Tool], timeout_s: flo
         return f"Error: unknown tool {call.name!r}; available: {', '.join(sorted(tools))}."
     try:
         return await asyncio.wait_for(tool.call(call.arguments), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return f"Error: the {call.name} call timed out after {timeout_s:g} s."
     except ToolError as e:
         return f"Error: {e}"

@@ -6,6 +6,7 @@ Quirks of the released code, chosen deliberately:
 - documents are joined with `rollout.doc_separator`, a real newline by default;
   the released code's literal backslash-n pair is `doc_separator: "\\\\n"`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict
@@ -21,9 +22,11 @@ SCHEMA: Dict[str, Any] = {
             "type": "object",
             "properties": {
                 "query": {"type": "string", "description": "Query to search for."},
-                "top_n": {"type": "integer",
-                          "description": "Number of results to return. The default value is 5.",
-                          "default": 5},
+                "top_n": {
+                    "type": "integer",
+                    "description": "Number of results to return. The default value is 5.",
+                    "default": 5,
+                },
             },
             "required": ["query"],
         },
@@ -35,8 +38,7 @@ class WikipediaSearchTool(Tool):
     name = "wikipedia_search"
     schema = SCHEMA
 
-    def __init__(self, retriever: Any, default_top_n: int = 5, max_top_n: int = 20,
-                 separator: str = "\n") -> None:
+    def __init__(self, retriever: Any, default_top_n: int = 5, max_top_n: int = 20, separator: str = "\n") -> None:
         self.retriever = retriever
         self.default_top_n = default_top_n
         self.max_top_n = max_top_n
@@ -57,8 +59,6 @@ class WikipediaSearchTool(Tool):
 
 def from_build(build: ToolBuild) -> WikipediaSearchTool:
     if build.retriever is None:
-        raise ValueError("the wikipedia_search tool needs a retriever (retriever.urls, or let the "
-                         "command start one)")
+        raise ValueError("the wikipedia_search tool needs a retriever (retriever.urls, or let the command start one)")
     r = build.rollout
-    return WikipediaSearchTool(build.retriever, default_top_n=r.top_n, max_top_n=r.max_top_n,
-                               separator=r.doc_separator)
+    return WikipediaSearchTool(build.retriever, default_top_n=r.top_n, max_top_n=r.max_top_n, separator=r.doc_separator)

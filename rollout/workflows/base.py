@@ -5,6 +5,7 @@ contexts are context rows (DESIGN.md): generated tokens exactly as the
 generator returned them, with their log-probs and versions; injected tokens
 (tool responses, chat headers) with loss_mask 0, logp 0.0, version -1.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -27,8 +28,13 @@ RewardFn = Callable[[str, Task], float]  # (final assistant message, task) -> re
 class Generator(Protocol):
     """What a workflow needs from the generator client (rollout/generator/client.py)."""
 
-    async def generate(self, input_ids: List[int], sampling: SamplingParams, rid: Optional[str] = None,
-                       sticky_key: Optional[str] = None) -> GenerationResult: ...
+    async def generate(
+        self,
+        input_ids: List[int],
+        sampling: SamplingParams,
+        rid: Optional[str] = None,
+        sticky_key: Optional[str] = None,
+    ) -> GenerationResult: ...
 
 
 @dataclass

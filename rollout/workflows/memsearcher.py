@@ -6,6 +6,7 @@ Each turn is a fresh context: system + question + the current memory, then
 masked, and the model rewrites its memory on that same context. Only the memory
 is carried to the next turn, so the context length stays flat.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,16 @@ from rollout.tools.calls import find_tool_calls
 from rollout.tools.execute import execute_calls, render_tool_responses
 
 from .base import Workflow, WorkflowContext, record_turn_lengths, score_trajectory
-from .tokens import (ASSISTANT_HEADER, IM_END, IM_START, ContextBuilder, assistant_prefix, encode,
-                     generate_into, render_prompt)
+from .tokens import (
+    ASSISTANT_HEADER,
+    IM_END,
+    IM_START,
+    ContextBuilder,
+    assistant_prefix,
+    encode,
+    generate_into,
+    render_prompt,
+)
 
 MEMORY_INSTRUCTION = (
     "Please read the tool response carefully and update the memory with new information that helps "
@@ -51,8 +60,9 @@ class MemSearcherWorkflow(Workflow):
             prompt_text = render_prompt(template, question=task.question, memory=memory)
             builder = ContextBuilder(encode(ctx.tokenizer, prompt_text))
             last_turn = turn == ctx.limits.max_turns - 1
-            end, message, memory, calls = await self._turn(ctx, builder, prompt_text, last_turn,
-                                                           f"{traj_id}-{turn}", traj_id)
+            end, message, memory, calls = await self._turn(
+                ctx, builder, prompt_text, last_turn, f"{traj_id}-{turn}", traj_id
+            )
             tool_calls += calls
             contexts.append(builder.build())
             if end is not None:
@@ -62,8 +72,9 @@ class MemSearcherWorkflow(Workflow):
         record_turn_lengths(traj, [len(c.input_ids) for c in contexts])
         return score_trajectory(traj, message, task, ctx)
 
-    async def _turn(self, ctx: WorkflowContext, builder: ContextBuilder, prompt_text: str,
-                    last_turn: bool, rid: str, traj_id: str) -> Tuple[Optional[str], str, str, int]:
+    async def _turn(
+        self, ctx: WorkflowContext, builder: ContextBuilder, prompt_text: str, last_turn: bool, rid: str, traj_id: str
+    ) -> Tuple[Optional[str], str, str, int]:
         """One context: action, then (if it searched) tools and memory.
 
         Returns (why the trajectory ends or None, the last assistant message, the new memory,
@@ -82,8 +93,7 @@ class MemSearcherWorkflow(Workflow):
         if last_turn:
             return "turn_limit", message, "", 0  # a search now could never be used
         results = await execute_calls(calls, ctx.tools, ctx.tool_timeout_s)
-        injected = encode(ctx.tokenizer, tool_turn_text(render_tool_responses(calls, results),
-                                                         MEMORY_INSTRUCTION))
+        injected = encode(ctx.tokenizer, tool_turn_text(render_tool_responses(calls, results), MEMORY_INSTRUCTION))
         if len(builder) + len(injected) >= ctx.limits.max_context_tokens:
             return "context_limit", message, "", len(calls)
         builder.add_injected(injected)

@@ -4,6 +4,7 @@ Same tools, same tool-call format and the same reward as MemSearcher, so the two
 are compared on equal terms; the difference is that every tool response stays
 in the context, which grows with each turn.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional

@@ -1,4 +1,5 @@
 """Build a workflow and its `WorkflowContext` from the rollout config (used by the worker and eval)."""
+
 from __future__ import annotations
 
 import os
@@ -50,9 +51,15 @@ def prompt_template(rollout: Any, workflow: Workflow) -> str:
     return packaged_prompt(default.replace(".txt", f"_{style}.txt"))
 
 
-def build_context(rollout: Any, workflow: Workflow, generator: Generator, tokenizer: Any,
-                  retriever: Optional[Any] = None, max_turns: Optional[int] = None,
-                  temperature: Optional[float] = None) -> WorkflowContext:
+def build_context(
+    rollout: Any,
+    workflow: Workflow,
+    generator: Generator,
+    tokenizer: Any,
+    retriever: Optional[Any] = None,
+    max_turns: Optional[int] = None,
+    temperature: Optional[float] = None,
+) -> WorkflowContext:
     """The episode context for `workflow`; `max_turns`/`temperature` override (evaluation)."""
     temp = rollout.temperature if temperature is None else temperature
     return WorkflowContext(
@@ -61,9 +68,12 @@ def build_context(rollout: Any, workflow: Workflow, generator: Generator, tokeni
         tools=build_tools(rollout, retriever),
         reward=build_reward(rollout),
         sampling=SamplingParams(temperature=temp, top_p=rollout.top_p if temp > 0 else 1.0),
-        limits=Limits(max_turns=max_turns or rollout.max_turns, max_new_tokens=rollout.max_new_tokens,
-                      max_memory_tokens=rollout.max_memory_tokens,
-                      max_context_tokens=rollout.max_context_tokens),
+        limits=Limits(
+            max_turns=max_turns or rollout.max_turns,
+            max_new_tokens=rollout.max_new_tokens,
+            max_memory_tokens=rollout.max_memory_tokens,
+            max_context_tokens=rollout.max_context_tokens,
+        ),
         prompt_template=prompt_template(rollout, workflow),
         tool_timeout_s=rollout.tool_timeout_s,
         options=dict(rollout.workflow_args or {}),

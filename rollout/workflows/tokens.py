@@ -1,4 +1,5 @@
 """Token-level building blocks shared by the workflows: chat markup, prompts, one context row."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,8 +43,7 @@ def stop_token_ids(tokenizer: Any) -> List[int]:
     ids = [tokenizer.convert_tokens_to_ids(t) for t in (IM_END, IM_START)]
     missing = [t for t, i in zip((IM_END, IM_START), ids) if i is None or i == tokenizer.unk_token_id]
     if missing:
-        raise ValueError(f"the tokenizer has no special token(s) {missing}; "
-                         f"the workflows need Qwen chat markup")
+        raise ValueError(f"the tokenizer has no special token(s) {missing}; the workflows need Qwen chat markup")
     return ids
 
 
@@ -63,8 +63,10 @@ class ContextBuilder:
     def add_generated(self, result: GenerationResult) -> None:
         n = len(result.output_ids)
         if len(result.logprobs) != n or len(result.versions) != n:
-            raise ValueError(f"generator returned {n} tokens but {len(result.logprobs)} log-probs and "
-                             f"{len(result.versions)} versions")
+            raise ValueError(
+                f"generator returned {n} tokens but {len(result.logprobs)} log-probs and "
+                f"{len(result.versions)} versions"
+            )
         self.input_ids += result.output_ids
         self.loss_mask += [1] * n
         self.behav_logp += [float(x) for x in result.logprobs]
@@ -77,13 +79,18 @@ class ContextBuilder:
         self.versions += [-1] * len(ids)
 
     def build(self) -> Context:
-        return Context(input_ids=list(self.input_ids), prompt_len=self.prompt_len,
-                       loss_mask=list(self.loss_mask), behav_logp=list(self.behav_logp),
-                       versions=list(self.versions))
+        return Context(
+            input_ids=list(self.input_ids),
+            prompt_len=self.prompt_len,
+            loss_mask=list(self.loss_mask),
+            behav_logp=list(self.behav_logp),
+            versions=list(self.versions),
+        )
 
 
-async def generate_into(ctx: Any, builder: ContextBuilder, rid: str, sticky_key: str
-                        ) -> Optional[Tuple[GenerationResult, str]]:
+async def generate_into(
+    ctx: Any, builder: ContextBuilder, rid: str, sticky_key: str
+) -> Optional[Tuple[GenerationResult, str]]:
     """Generate onto `builder` within the per-generation and per-context token limits.
 
     Returns the result and its decoded text, or None when the context has no room left.
@@ -91,8 +98,7 @@ async def generate_into(ctx: Any, builder: ContextBuilder, rid: str, sticky_key:
     budget = min(ctx.limits.max_new_tokens, ctx.limits.max_context_tokens - len(builder))
     if budget <= 0:
         return None
-    sampling = dataclasses.replace(ctx.sampling, max_new_tokens=budget,
-                                   stop_token_ids=stop_token_ids(ctx.tokenizer))
+    sampling = dataclasses.replace(ctx.sampling, max_new_tokens=budget, stop_token_ids=stop_token_ids(ctx.tokenizer))
     result = await ctx.generator.generate(builder.input_ids, sampling, rid=rid, sticky_key=sticky_key)
     builder.add_generated(result)
     return result, decode(ctx.tokenizer, result.output_ids)

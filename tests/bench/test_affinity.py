@@ -1,4 +1,5 @@
 """`launcher.cpu_affinity`: carried on the process specs, applied (or refused) at process start."""
+
 import os
 
 import pytest
@@ -14,8 +15,7 @@ def _cfg(*overrides):
 
 
 def test_specs_carry_the_cpus_of_their_role():
-    cfg = _cfg("launcher.cpu_affinity.generator=[0]", "launcher.cpu_affinity.learner=[1,2]",
-               "generator.num_servers=2")
+    cfg = _cfg("launcher.cpu_affinity.generator=[0]", "launcher.cpu_affinity.learner=[1,2]", "generator.num_servers=2")
     env = {s.name: s.env.get(AFFINITY_ENV) for s in service_specs(cfg, "c.yaml")}
     assert env == {"retriever": None, "generator0": "0", "generator1": "0", "buffer": None}
     assert learner_specs(cfg, "c.yaml", Addresses(), "127.0.0.1", 1)[0].env[AFFINITY_ENV] == "1,2"
@@ -50,6 +50,8 @@ def test_the_process_pins_itself(monkeypatch):
 def test_bench_affinity_spec():
     assert arms.affinity_overrides("none") == []
     assert arms.affinity_overrides("generator:0,learner:1+2") == [
-        "launcher.cpu_affinity.generator=[0]", "launcher.cpu_affinity.learner=[1,2]"]
+        "launcher.cpu_affinity.generator=[0]",
+        "launcher.cpu_affinity.learner=[1,2]",
+    ]
     with pytest.raises(ConfigError, match="expected role:cpu"):
         arms.affinity_overrides("generator")

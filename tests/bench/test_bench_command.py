@@ -1,6 +1,7 @@
 """`areal-mem bench`: the async bench on the tiny debug recipe (one arm of three steps in CI, two arms
 marked slow), speed-ups and the target from given numbers, scale from given numbers, and the report;
 every figure is checked against the measurements it rests on."""
+
 import json
 import os
 import subprocess
@@ -11,18 +12,37 @@ import pytest
 from areal_mem.bench import asynchrony, command, scale
 from areal_mem.bench.report import write_report
 from areal_mem.cli import main
-
 from tests.tiny_recipe import TINY_RECIPE
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = TINY_RECIPE
-INPUTS = {"faiss_qps": 100.0, "cpu_search_flops": 8.0e9, "cpu_cores": 2, "buffer_put_mbs": 50.0,
-          "buffer_get_mbs": 400.0, "buffer_bytes_per_token": 6.0}
+INPUTS = {
+    "faiss_qps": 100.0,
+    "cpu_search_flops": 8.0e9,
+    "cpu_cores": 2,
+    "buffer_put_mbs": 50.0,
+    "buffer_get_mbs": 400.0,
+    "buffer_bytes_per_token": 6.0,
+}
 
 
 def _bench_async(run_dir, etas):
-    cmd = [sys.executable, "-m", "areal_mem.cli", "bench", "async", "--run-dir", str(run_dir), "--steps", "3",
-           "--etas", etas, "--poll-s", "0.05", *TINY]
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal_mem.cli",
+        "bench",
+        "async",
+        "--run-dir",
+        str(run_dir),
+        "--steps",
+        "3",
+        "--etas",
+        etas,
+        "--poll-s",
+        "0.05",
+        *TINY,
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(run_dir / "async.json", encoding="utf-8") as f:
@@ -56,19 +76,21 @@ def _check_arms(result, records, stdout):
         first = next(s for s in rec["samples"] if s["steps"] >= 1)
         last = next(s for s in rec["samples"] if s["steps"] >= 3)
         assert row["gen_idle_frac"] == pytest.approx(
-            1 - (last["busy_s"] - first["busy_s"]) / (last["uptime_s"] - first["uptime_s"]))
+            1 - (last["busy_s"] - first["busy_s"]) / (last["uptime_s"] - first["uptime_s"])
+        )
         assert 0.0 <= row["gen_idle_frac"] < 1.0 and row["gen_tokens_per_busy_s"] > 0  # the engine's counter
         # the engine's split of its busy time, and CPU seconds by process over the same window
         assert row["gen_prefill_s_per_step"] + row["gen_decode_s_per_step"] <= row["t_gen_s"] + 1e-9
         assert row["gen_decode_ms_per_row"] == pytest.approx(
-            1e3 * (last["decode_s"] - first["decode_s"]) / (last["decode_rows"] - first["decode_rows"]))
+            1e3 * (last["decode_s"] - first["decode_s"]) / (last["decode_rows"] - first["decode_rows"])
+        )
         cpu = row["cpu_s_per_step"]
         assert {"launcher", "generator", "learner", "rollout", "retriever", "buffer"} <= set(cpu)
         assert cpu["learner"] == pytest.approx((last["cpu_s"]["learner"] - first["cpu_s"]["learner"]) / 2)
         assert cpu["learner"] > 0 and cpu["generator"] > 0 and 0 < row["cpu_busy_frac"] <= 1.05
         assert row["staleness_mean"] <= eta
         if len(os.sched_getaffinity(0)) >= 2:  # generation and training pinned apart
-            assert "launcher.cpu_affinity.generator=[%d]" % min(os.sched_getaffinity(0)) in rec["argv"]
+            assert f"launcher.cpu_affinity.generator=[{min(os.sched_getaffinity(0))}]" in rec["argv"]
         assert f"| {eta} | {row['step_wall_s']:.3g} |" in stdout
     base = rows[min(rows)]
     t_gen, t_train = base["t_gen_s"], base["t_train_s"]
@@ -94,8 +116,15 @@ def test_two_arms_speedup_is_the_ratio_of_their_throughputs(tmp_path):
 
 
 def test_speedups_bound_and_target_from_given_numbers():
-    rest = {"step_wall_s": 10.0, "trained_tokens_per_s": 1.0, "context_tokens_per_s": 1.0, "reward_final": 0.1,
-            "learner_wait_frac": 0.0, "t_gen_s": 4.0, "t_train_s": 6.0}
+    rest = {
+        "step_wall_s": 10.0,
+        "trained_tokens_per_s": 1.0,
+        "context_tokens_per_s": 1.0,
+        "reward_final": 0.1,
+        "learner_wait_frac": 0.0,
+        "t_gen_s": 4.0,
+        "t_train_s": 6.0,
+    }
     base = dict(rest, groups_per_s=0.4, gen_idle_frac=0.6)
     fast = dict(rest, groups_per_s=0.62, gen_idle_frac=0.05)
     result = asynchrony.analyze({0: base, 2: fast, 4: dict(fast, groups_per_s=0.5)})
@@ -110,12 +139,22 @@ def test_speedups_bound_and_target_from_given_numbers():
 
 
 def test_repeats_take_the_median_of_each_repeats_own_ratio():
-    rest = {"step_wall_s": 10.0, "trained_tokens_per_s": 1.0, "context_tokens_per_s": 1.0, "reward_final": 0.1,
-            "learner_wait_frac": 0.0, "t_gen_s": 4.0, "t_train_s": 6.0}
+    rest = {
+        "step_wall_s": 10.0,
+        "trained_tokens_per_s": 1.0,
+        "context_tokens_per_s": 1.0,
+        "reward_final": 0.1,
+        "learner_wait_frac": 0.0,
+        "t_gen_s": 4.0,
+        "t_train_s": 6.0,
+    }
 
     def rep(base_gps, fast_gps, idle):
-        return {0: dict(rest, groups_per_s=base_gps, gen_idle_frac=0.5),
-                2: dict(rest, groups_per_s=fast_gps, gen_idle_frac=idle)}
+        return {
+            0: dict(rest, groups_per_s=base_gps, gen_idle_frac=0.5),
+            2: dict(rest, groups_per_s=fast_gps, gen_idle_frac=idle),
+        }
+
     # a slow repeat halves both arms: its ratio (1.6) counts, not its throughput
     result = asynchrony.analyze(rep(0.4, 0.64, 0.05), rep(0.2, 0.32, 0.12), rep(0.4, 0.56, 0.07))
     two = result["rows"][1]
@@ -139,8 +178,10 @@ def test_scale_from_given_numbers_and_the_report(async_run, tmp_path):
     assert s["replay buffer (put + get)"] == pytest.approx(ctx_tokens * 6.0 / 1e6 * (1 / 50 + 1 / 400))
     assert result["model"]["bottleneck"] == max(s, key=s.get) == "retriever (Flat, CPU)"
     assert a["gpus"] == 16
-    path = write_report(str(run_dir), {"command": "areal-mem bench all", "started": "now", "minutes": 1.0,
-                                       "machine_start": "m", "machine_end": "m"})
+    path = write_report(
+        str(run_dir),
+        {"command": "areal-mem bench all", "started": "now", "minutes": 1.0, "machine_start": "m", "machine_end": "m"},
+    )
     text = open(path, encoding="utf-8").read()
     assert "![async](async.png)" in text and "bottleneck: **retriever (Flat, CPU)**" in text
     assert "## Staleness: decoupled loss against plain PPO\n\n(not run)" in text

@@ -1,4 +1,5 @@
 """Plain PPO (`learner.decoupled: false`, the staleness bench's baseline) against values by hand."""
+
 import math
 
 import pytest
@@ -15,8 +16,7 @@ ADV = [1.0, 1.0, -1.0]
 
 def _loss(decoupled):
     t = lambda xs: torch.tensor([xs])  # noqa: E731
-    cfg = PPOLossConfig(decoupled=decoupled, eps_clip_low=0.2, eps_clip_high=0.2, dual_clip=3.0,
-                        behav_weight_cap=5.0)
+    cfg = PPOLossConfig(decoupled=decoupled, eps_clip_low=0.2, eps_clip_high=0.2, dual_clip=3.0, behav_weight_cap=5.0)
     loss, stats = ppo_token_loss(t(LOGP), t(PROX), t(BEHAV), t(ADV), torch.ones(1, 3), cfg)
     return loss[0].tolist(), {k: v[0].tolist() for k, v in stats.items()}
 

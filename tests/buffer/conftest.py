@@ -1,4 +1,5 @@
 """Fixtures of the buffer tests: groups with float32-exact values and a live service."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,27 +9,36 @@ from areal_mem.buffer.launch import BufferProcess
 from areal_mem.trajectory import Context, Group, Trajectory
 
 
-def make_group(group_id: str, n_traj: int = 3, n_ctx: int = 2, tokens: int = 40,
-               start_version: int = 0, seed: int = 0) -> Group:
+def make_group(
+    group_id: str, n_traj: int = 3, n_ctx: int = 2, tokens: int = 40, start_version: int = 0, seed: int = 0
+) -> Group:
     """A group whose floats are float32 already, so a round trip is exact."""
     rng = np.random.default_rng(seed)
     trajs = []
     for t in range(n_traj):
         contexts = []
-        for c in range(n_ctx):
+        for _ in range(n_ctx):
             prompt = int(rng.integers(1, tokens))
             resp = tokens - prompt
             mask = rng.integers(0, 2, resp)
-            contexts.append(Context(
-                input_ids=rng.integers(0, 50_000, tokens).tolist(), prompt_len=prompt,
-                loss_mask=mask.tolist(),
-                behav_logp=np.where(mask, -rng.random(resp, dtype=np.float32), 0).astype(
-                    np.float32).tolist(),
-                versions=np.where(mask, start_version, -1).tolist()))
-        trajs.append(Trajectory(traj_id=f"{group_id}/{t}", contexts=contexts,
-                                reward=float(np.float32(rng.random())),
-                                start_version=start_version,
-                                info={"answer": f"a{t}", "em": t % 2, "f1": 0.5}))
+            contexts.append(
+                Context(
+                    input_ids=rng.integers(0, 50_000, tokens).tolist(),
+                    prompt_len=prompt,
+                    loss_mask=mask.tolist(),
+                    behav_logp=np.where(mask, -rng.random(resp, dtype=np.float32), 0).astype(np.float32).tolist(),
+                    versions=np.where(mask, start_version, -1).tolist(),
+                )
+            )
+        trajs.append(
+            Trajectory(
+                traj_id=f"{group_id}/{t}",
+                contexts=contexts,
+                reward=float(np.float32(rng.random())),
+                start_version=start_version,
+                info={"answer": f"a{t}", "em": t % 2, "f1": 0.5},
+            )
+        )
     return Group(group_id=group_id, trajectories=trajs)
 
 

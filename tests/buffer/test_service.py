@@ -1,4 +1,5 @@
 """The buffer service as a real process on 127.0.0.1, through the real client."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,7 @@ def test_groups_round_trip_bit_for_bit(serve):
 
 
 def test_capacity_rule_through_the_service(serve):
-    buf = serve(overrides=["buffer.max_staleness=0", "buffer.batch_groups=2",
-                           "buffer.max_running_groups=100"])
+    buf = serve(overrides=["buffer.max_staleness=0", "buffer.batch_groups=2", "buffer.max_running_groups=100"])
     client = buf.client()
     slots = [client.acquire() for _ in range(3)]
     assert all(slots[:2]) and slots[2] == ""  # eta = 0: one batch per version
@@ -53,8 +53,7 @@ def test_capacity_rule_through_the_service(serve):
 
 
 def test_capacity_with_eta_two_and_max_running(serve):
-    buf = serve(overrides=["buffer.max_staleness=2", "buffer.batch_groups=3",
-                           "buffer.max_running_groups=4"])
+    buf = serve(overrides=["buffer.max_staleness=2", "buffer.batch_groups=3", "buffer.max_running_groups=4"])
     client = buf.client()
     assert client.stats()["capacity"] == 4  # min(4 - 0, 3 * 3 - 0)
     slots = [client.acquire() for _ in range(5)]
@@ -109,12 +108,13 @@ def test_invalid_puts_are_refused_and_nothing_is_stored(serve, tmp_path):
     buf = serve()
     client = buf.client()
     good = group_to_table(make_group("g"))
-    wrong_type = good.set_column(7, "behav_logp",
-                                 pc.cast(good.column("behav_logp"), pa.list_(pa.float64())))
+    wrong_type = good.set_column(7, "behav_logp", pc.cast(good.column("behav_logp"), pa.list_(pa.float64())))
     short_mask = good.set_column(6, "loss_mask", pa.array([[1]] * good.num_rows, pa.list_(pa.int8())))
-    for table, reason in [(wrong_type, "expected list<item: float>"),
-                          (short_mask, "row 0: loss_mask has 1 entries"),
-                          (good, "rows carry group_id 'g' but the put names 'other'")]:
+    for table, reason in [
+        (wrong_type, "expected list<item: float>"),
+        (short_mask, "row 0: loss_mask has 1 entries"),
+        (good, "rows carry group_id 'g' but the put names 'other'"),
+    ]:
         with pytest.raises(BufferRefusedError) as e:
             client.put_table(table, "other" if table is good else "g")
         assert e.value.code == "invalid" and reason in str(e.value)
@@ -131,7 +131,9 @@ def test_a_put_over_the_size_limit_is_refused_and_the_service_stays_up(serve, tm
     assert small.nbytes < 3_145 < big.nbytes == 5_021
     with pytest.raises(BufferRefusedError) as e:
         client.put_table(big, "big")
-    assert e.value.code == "invalid" and "passed 5021 bytes, over the limit of 3145 bytes (buffer.max_group_mb)" in str(e.value)
+    assert e.value.code == "invalid" and "passed 5021 bytes, over the limit of 3145 bytes (buffer.max_group_mb)" in str(
+        e.value
+    )
     one_row_batches = pa.Table.from_batches(big.to_batches(max_chunksize=1))  # refused mid-stream
     with pytest.raises(BufferRefusedError) as e:
         client.put_table(one_row_batches, "big")
@@ -154,8 +156,7 @@ def test_duplicate_group_id_is_refused(serve):
     group = make_group("dup")
     assert client.put_group(group) is True
     raw = flight.FlightClient(buf.url)
-    writer, _ = raw.do_put(flight.FlightDescriptor.for_command(b'{"group_id": "dup"}'),
-                           group_to_table(group).schema)
+    writer, _ = raw.do_put(flight.FlightDescriptor.for_command(b'{"group_id": "dup"}'), group_to_table(group).schema)
     writer.write_table(group_to_table(group))
     with pytest.raises(flight.FlightServerError, match="group 'dup' was already accepted"):
         writer.close()
@@ -170,10 +171,12 @@ def test_bad_requests_get_clear_errors_and_the_service_stays_up(serve):
     buf = serve()
     client = buf.client()
     raw = flight.FlightClient(buf.url)
-    for action, body, message in [("stats", b"[1]", "must be a JSON object"),
-                                  ("ack", b"{not json", "is not JSON"),
-                                  ("set_version", b'{"version": "3"}', "'version' must be int"),
-                                  ("shutdown", b"{}", "unknown action 'shutdown'")]:
+    for action, body, message in [
+        ("stats", b"[1]", "must be a JSON object"),
+        ("ack", b"{not json", "is not JSON"),
+        ("set_version", b'{"version": "3"}', "'version' must be int"),
+        ("shutdown", b"{}", "unknown action 'shutdown'"),
+    ]:
         with pytest.raises(flight.FlightServerError, match=message):
             list(raw.do_action(flight.Action(action, body)))
     with pytest.raises(BufferRefusedError) as e:
@@ -182,8 +185,7 @@ def test_bad_requests_get_clear_errors_and_the_service_stays_up(serve):
     with pytest.raises(flight.FlightServerError, match="needs n >= 1"):
         raw.do_get(flight.Ticket(json.dumps({"n": 0, "request_id": "r"}).encode())).read_all()
     assert client.stats()["groups_put"] == 0
-    assert [a.type for a in raw.list_actions()] == ["acquire", "release", "set_version", "ack",
-                                                    "requeue", "stats"]
+    assert [a.type for a in raw.list_actions()] == ["acquire", "release", "set_version", "ack", "requeue", "stats"]
 
 
 def test_retried_request_gets_the_same_batch_and_requeue(serve):
@@ -261,15 +263,13 @@ def test_concurrent_writers_each_group_once(serve):
         t.start()
     for t in threads:
         t.join()
-    assert sorted(gid for gid, stored in results if stored) == sorted(
-        f"w{w}-{i}" for w in range(8) for i in range(4))
+    assert sorted(gid for gid, stored in results if stored) == sorted(f"w{w}-{i}" for w in range(8) for i in range(4))
     batch = buf.client().get_batch(32, timeout_s=10)
     assert len(set(batch.group_ids)) == 32
 
 
 def test_expired_slots_give_their_place_back(serve):
-    buf = serve(overrides=["buffer.max_staleness=0", "buffer.batch_groups=1",
-                           "buffer.slot_ttl_s=0.3"])
+    buf = serve(overrides=["buffer.max_staleness=0", "buffer.batch_groups=1", "buffer.slot_ttl_s=0.3"])
     client = buf.client()
     assert client.acquire() != "" and client.acquire() == ""
     assert client.acquire(wait_s=5) != ""  # the first slot expired while waiting
@@ -280,10 +280,13 @@ def test_serve_command_refuses_a_public_bind_without_token(tmp_path):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "areal_mem.cli", "buffer", "serve", "--run-dir",
-                           str(tmp_path), "--host", "0.0.0.0"], capture_output=True, text=True,
-                          timeout=60, env={k: v for k, v in os.environ.items()
-                                           if k != "AREAL_MEM_BUFFER_TOKEN"})
+    done = subprocess.run(
+        [sys.executable, "-m", "areal_mem.cli", "buffer", "serve", "--run-dir", str(tmp_path), "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "AREAL_MEM_BUFFER_TOKEN"},
+    )
     assert done.returncode == 2
     assert "refusing to bind '0.0.0.0' without a shared token" in done.stderr
 

@@ -1,4 +1,5 @@
 """AReaL's admission formula and drop rule, with exact numbers."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,19 +7,21 @@ import pytest
 from areal_mem.staleness import StalenessManager
 
 
-@pytest.mark.parametrize("eta, batch, max_running, version, accepted, running, expected", [
-    (0, 4, 100, 0, 0, 0, 4),  # synchronous: one batch of groups per version
-    (0, 4, 100, 0, 4, 0, 0),
-    (0, 4, 100, 1, 4, 0, 4),
-    (0, 4, 100, 1, 2, 2, 4),
-    (2, 4, 100, 0, 0, 0, 12),  # eta batches ahead
-    (2, 4, 100, 3, 10, 5, 9),  # (2+3+1)*4 - 15
-    (2, 4, 6, 3, 10, 5, 1),  # max_running binds
-    (1, 8, 100, 0, 20, 0, -4),
-])
+@pytest.mark.parametrize(
+    "eta, batch, max_running, version, accepted, running, expected",
+    [
+        (0, 4, 100, 0, 0, 0, 4),  # synchronous: one batch of groups per version
+        (0, 4, 100, 0, 4, 0, 0),
+        (0, 4, 100, 1, 4, 0, 4),
+        (0, 4, 100, 1, 2, 2, 4),
+        (2, 4, 100, 0, 0, 0, 12),  # eta batches ahead
+        (2, 4, 100, 3, 10, 5, 9),  # (2+3+1)*4 - 15
+        (2, 4, 6, 3, 10, 5, 1),  # max_running binds
+        (1, 8, 100, 0, 20, 0, -4),
+    ],
+)
 def test_capacity(eta, batch, max_running, version, accepted, running, expected):
-    m = StalenessManager(eta, batch, max_running, version=version, accepted=accepted,
-                         running=running)
+    m = StalenessManager(eta, batch, max_running, version=version, accepted=accepted, running=running)
     assert m.capacity() == expected
 
 
@@ -67,8 +70,10 @@ def test_the_clock_never_goes_back():
     assert m.clock == 5
 
 
-@pytest.mark.parametrize("eta, version, start, stale", [
-    (0, 0, 0, False), (0, 1, 0, True), (2, 5, 3, False), (2, 5, 2, True), (4, 3, 0, False)])
+@pytest.mark.parametrize(
+    "eta, version, start, stale",
+    [(0, 0, 0, False), (0, 1, 0, True), (2, 5, 3, False), (2, 5, 2, True), (4, 3, 0, False)],
+)
 def test_drop_rule(eta, version, start, stale):
     assert StalenessManager(eta, 1, 1, version=version).is_stale(start) is stale
 

@@ -1,4 +1,5 @@
 """Recovery of the durable store from what a crash can leave behind."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,7 @@ from .conftest import make_group
 
 def test_recovery_keeps_pending_and_cleans_up(tmp_path):
     store = GroupStore(str(tmp_path))
-    entries = [store.write(i, f"g{i}", group_to_table(make_group(f"g{i}", start_version=i)))
-               for i in range(4)]
+    entries = [store.write(i, f"g{i}", group_to_table(make_group(f"g{i}", start_version=i))) for i in range(4)]
     store.record_done("ack", entries[:1], batch_id="b")
     store.record_version(7, 1)
     store.close()
@@ -26,8 +26,7 @@ def test_recovery_keeps_pending_and_cleans_up(tmp_path):
     again = GroupStore(str(tmp_path))
     rec = again.recover()
     # g2's ack was torn, so never confirmed to the learner: g2 is served again
-    assert [(e.seq, e.group_id, e.start_version) for e in rec.pending] == [(2, "g2", 2),
-                                                                         (3, "g3", 3)]
+    assert [(e.seq, e.group_id, e.start_version) for e in rec.pending] == [(2, "g2", 2), (3, "g3", 3)]
     assert rec.done_ids == {"g0", "g1"} and rec.acked == 1
     assert (rec.version, rec.next_seq, rec.acked_batches, rec.clock) == (7, 4, 1, 1)
     assert sorted(os.listdir(store.groups_dir)) == ["000000000002.arrow", "000000000003.arrow"]

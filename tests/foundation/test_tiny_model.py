@@ -1,4 +1,5 @@
 """The tiny model and tokenizer load with plain transformers and round-trip text exactly."""
+
 import os
 import subprocess
 import sys
@@ -11,8 +12,10 @@ from areal_mem.tiny_model import SPECIAL_TOKENS, TAG_TOKENS, memsearcher_prompt
 
 def test_tokenizer_round_trips_prompt_and_special_tokens(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    prompt = memsearcher_prompt().replace("{question}", "Who founded Velkor Dynamics?").replace(
-        "{memory}", "") + " I should search.</think>\n<tool_call>\n{\"name\": \"x\"}\n</tool_call><|im_end|>"
+    prompt = (
+        memsearcher_prompt().replace("{question}", "Who founded Velkor Dynamics?").replace("{memory}", "")
+        + ' I should search.</think>\n<tool_call>\n{"name": "x"}\n</tool_call><|im_end|>'
+    )
     ids = tok.encode(prompt, add_special_tokens=False)
     assert tok.decode(ids) == prompt
     for t in SPECIAL_TOKENS + TAG_TOKENS:
@@ -35,18 +38,51 @@ def test_model_loads_and_gives_vocab_sized_logits(tiny_model_dir):
 
 def test_cli_writes_a_loadable_model(world_dir, tmp_path):
     out = tmp_path / "m"
-    res = subprocess.run([sys.executable, "-m", "areal_mem.cli", "init-model", "--world", world_dir,
-                          "--out", str(out), "--hidden", "32", "--intermediate", "64",
-                          "--layers", "1", "--heads", "2", "--kv-heads", "1", "--vocab", "600"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "areal_mem.cli",
+            "init-model",
+            "--world",
+            world_dir,
+            "--out",
+            str(out),
+            "--hidden",
+            "32",
+            "--intermediate",
+            "64",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--vocab",
+            "600",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     assert "parameters" in res.stdout
     assert os.path.exists(out / "model.safetensors") and os.path.exists(out / "tokenizer.json")
     model = AutoModelForCausalLM.from_pretrained(str(out))
     assert model.config.hidden_size == 32
-    missing = subprocess.run([sys.executable, "-m", "areal_mem.cli", "init-model", "--world",
-                              str(tmp_path / "none"), "--out", str(tmp_path / "x")],
-                             capture_output=True, text=True)
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "areal_mem.cli",
+            "init-model",
+            "--world",
+            str(tmp_path / "none"),
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert missing.returncode == 2 and "build the world first" in missing.stdout
 
 
@@ -54,8 +90,9 @@ def test_packaged_prompt_is_the_released_one():
     """The default MemSearcher prompt must stay byte-identical to the released text."""
     import pytest
 
-    released = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "reference",
-                            "memsearcher_prompt.txt")
+    released = os.path.join(
+        os.path.dirname(__file__), "..", "..", "..", "shared", "reference", "memsearcher_prompt.txt"
+    )
     if not os.path.exists(released):
         pytest.skip("shared/reference is not beside this checkout")
     with open(released, encoding="utf-8") as f:

@@ -1,4 +1,5 @@
 """The synthetic world: deterministic, consistent, and answerable only from its passages."""
+
 import json
 import os
 

@@ -1,5 +1,6 @@
 """Generator fixtures: real embedded servers on 127.0.0.1 and a client whose every request and
 response is checked against SGLang's own published schema."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -55,7 +56,7 @@ def ref_model(tiny_model_dir):
 
 def teacher_forced_logprobs(model, prompt, output, temperature: float = 1.0):
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1:-1].float()
+        logits = model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1 : -1].float()
     lp = torch.log_softmax(logits / (temperature or 1.0), dim=-1)
     return lp.gather(1, torch.tensor(output)[:, None])[:, 0]
 
@@ -63,8 +64,10 @@ def teacher_forced_logprobs(model, prompt, output, temperature: float = 1.0):
 def perturbed_state(model, seed: int, scale: float = 0.5):
     """A different set of weights of the same shapes (every parameter changed)."""
     g = torch.Generator().manual_seed(seed)
-    return {n: (p.detach() + scale * torch.randn(p.shape, generator=g) * p.detach().std().clamp(min=1e-3))
-            for n, p in model.named_parameters()}
+    return {
+        n: (p.detach() + scale * torch.randn(p.shape, generator=g) * p.detach().std().clamp(min=1e-3))
+        for n, p in model.named_parameters()
+    }
 
 
 @pytest.fixture(scope="session")
@@ -82,16 +85,19 @@ def fresh_server(tiny_model_dir, tmp_path_factory):
     """A server of its own (weights get changed, from checkpoints under pytest's temp folder)."""
     from rollout.generator.launch import start_embedded_generator
 
-    h = start_embedded_generator(tiny_model_dir, max_batch_size=16, torch_threads=1,
-                                 weights_dirs=[str(tmp_path_factory.getbasetemp())])
+    h = start_embedded_generator(
+        tiny_model_dir, max_batch_size=16, torch_threads=1, weights_dirs=[str(tmp_path_factory.getbasetemp())]
+    )
     yield h
     h.stop()
 
 
 def make_prompts(n: int, vocab: int, seed: int = 0, lo: int = 4, hi: int = 24):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, vocab, (int(torch.randint(lo, hi, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(n)]
+    return [
+        torch.randint(3, vocab, (int(torch.randint(lo, hi, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(n)
+    ]
 
 
 class Helpers:

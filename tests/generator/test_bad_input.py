@@ -1,4 +1,5 @@
 """Bad requests get a 400 in SGLang's error shape naming the problem; the server stays up."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +17,7 @@ CASES = [
     ({"sampling_params": {"max_new_tokens": 2}}, "exactly one of `text` and `input_ids`"),
     ({"text": "a", "input_ids": [5]}, "exactly one of `text` and `input_ids`"),
     ({"input_ids": [5], "sampling_params": {"max_tokens": 2}}, "unknown field `max_tokens`"),
-    ({"input_ids": [5, 10 ** 6]}, "input_ids[1] = 1000000 is not a token id"),
+    ({"input_ids": [5, 10**6]}, "input_ids[1] = 1000000 is not a token id"),
     ({"input_ids": [5, -1]}, "input_ids[1] = -1"),
     ({"input_ids": [5] * 5000}, "the prompt has 5000 tokens"),
     ({"input_ids": []}, "the prompt is empty"),
@@ -43,8 +44,10 @@ def test_bad_generate_requests_answer_400_and_server_stays_up(server, sglang_api
             async with s.post(server.url + "/generate", data=b"{not json") as r:
                 assert r.status == 400 and "not JSON" in await r.text()
             async with s.post(server.url + "/generat", json={"input_ids": [5]}) as r:  # aiohttp's own 404
-                assert (r.status, await r.json()) == (404, {"error": {"message": "POST /generat: Not Found",
-                                                                      "code": 404}})
+                assert (r.status, await r.json()) == (
+                    404,
+                    {"error": {"message": "POST /generat: Not Found", "code": 404}},
+                )
             async with s.get(server.url + "/generate") as r:
                 assert r.status == 405 and r.headers["Allow"] == "POST"
                 assert (await r.json())["error"]["message"] == "GET /generate: Method Not Allowed (allowed: POST)"
@@ -53,14 +56,16 @@ def test_bad_generate_requests_answer_400_and_server_stays_up(server, sglang_api
             async with s.post(server.url + "/update_weights_from_disk", json={"model_path": "/nonexistent"}) as r:
                 body = await r.json()  # outside the folders it may load from
                 assert r.status == 403 and body["success"] is False and "weights_dirs" in body["message"]
-            async with s.post(server.url + "/update_weights_from_distributed",
-                              json={"names": ["x"], "dtypes": ["float32"], "shapes": [[1]],
-                                    "group_name": "nope"}) as r:
+            async with s.post(
+                server.url + "/update_weights_from_distributed",
+                json={"names": ["x"], "dtypes": ["float32"], "shapes": [[1]], "group_name": "nope"},
+            ) as r:
                 assert r.status == 400 and "no such weight-update group" in (await r.json())["message"]
             async with s.get(server.url + "/model_info") as r:
                 assert (await r.json())["weight_version"] == "0"  # nothing changed
-            async with s.post(server.url + "/generate",
-                              json={"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 3}}) as r:
+            async with s.post(
+                server.url + "/generate", json={"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 3}}
+            ) as r:
                 assert r.status == 200 and (await r.json())["meta_info"]["completion_tokens"] == 3
 
     asyncio.run(go())
@@ -70,7 +75,7 @@ def test_client_raises_4xx_without_retrying(server):
     async def go():
         async with GeneratorClient([server.url], max_retries=3) as c:
             with pytest.raises(GeneratorError, match="HTTP 400.*not a token id") as e:
-                await c.generate([5, 10 ** 6], SamplingParams(max_new_tokens=2))
+                await c.generate([5, 10**6], SamplingParams(max_new_tokens=2))
             assert e.value.status == 400
 
     asyncio.run(go())
@@ -81,6 +86,7 @@ def test_token_is_required_when_set_and_never_optional_off_loopback(tiny_model_d
         start_embedded_generator(tiny_model_dir, host="0.0.0.0")
     h = start_embedded_generator(tiny_model_dir, token="s3cret", torch_threads=1)
     try:
+
         async def go():
             async with aiohttp.ClientSession() as s:
                 async with s.post(h.url + "/generate", json={"input_ids": [5]}) as r:
@@ -91,8 +97,9 @@ def test_token_is_required_when_set_and_never_optional_off_loopback(tiny_model_d
             async with GeneratorClient([h.url], token="s3cret") as c:
                 r = await c.generate([5, 6], SamplingParams(max_new_tokens=2))
                 assert len(r.output_ids) == 2
+
         asyncio.run(go())
-        assert "s3cret" not in h.log_tail(10 ** 6)
+        assert "s3cret" not in h.log_tail(10**6)
     finally:
         h.stop()
 
@@ -102,8 +109,12 @@ def test_serve_command_refuses_bad_setups(tmp_path):
     import sys
 
     def serve(*argv):
-        return subprocess.run([sys.executable, "-m", "areal_mem.cli", "generator", "serve", *argv],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "areal_mem.cli", "generator", "serve", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     r = serve()
     assert r.returncode == 2 and "no model: pass --model PATH or set model.path" in r.stderr

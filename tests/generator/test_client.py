@@ -1,4 +1,5 @@
 """Client routing over several real servers: least outstanding, stickiness, failover."""
+
 from __future__ import annotations
 
 import asyncio
@@ -6,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from rollout.generator.client import GeneratorUnavailable, client_from_config, token_versions
 from areal_mem.config.generator import GeneratorConfig
+from rollout.generator.client import GeneratorUnavailable, client_from_config, token_versions
 from rollout.generator.launch import start_generators, start_sglang_servers
 from rollout.generator.types import SamplingParams
 
@@ -28,8 +29,9 @@ def test_routing_stickiness_and_failover(two_servers, checker, h):
 
     async def go():
         cfg = GeneratorConfig(max_retries=2, server_cooldown_s=30.0)
-        async with client_from_config(cfg, [a.url, b.url], on_request=checker.request,
-                                      on_response=checker.response) as c:
+        async with client_from_config(
+            cfg, [a.url, b.url], on_request=checker.request, on_response=checker.response
+        ) as c:
             spread = await asyncio.gather(*(c.generate(p, sp) for p in prompts))
             # a trajectory's turns stay on one server even when the other is less loaded
             sticky = await asyncio.gather(*(c.generate(p, sp, sticky_key="traj-1") for p in prompts[:4]))

@@ -1,5 +1,6 @@
 """The batching engine in-process: requests share decode steps, join a running batch, survive
 a retract, and stop at eos."""
+
 from __future__ import annotations
 
 import threading
@@ -126,7 +127,7 @@ def test_a_failing_step_fails_its_requests_not_the_engine(ref_model):
     e = Engine(ref_model, eos_ids=[2], max_batch_size=4, max_context_len=4096).start()
     try:
         col = Collector(1)
-        e.submit(Request("bad", [5, 10 ** 7], SamplingSpec(max_new_tokens=3), col))  # not in the vocabulary
+        e.submit(Request("bad", [5, 10**7], SamplingSpec(max_new_tokens=3), col))  # not in the vocabulary
         assert col.event.wait(30)
         assert col.done["bad"].error.startswith("engine error: IndexError")
         col = Collector(1)

@@ -1,5 +1,6 @@
 """The embedded server's /generate through the client: SGLang contract, exact log-probs,
 batch invariance, stop rules."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,8 +21,15 @@ def test_every_request_and_response_fits_sglang_schema(server, checker, sglang_a
     variants = [
         SamplingParams(max_new_tokens=8, temperature=0.0),
         SamplingParams(max_new_tokens=8, temperature=0.8, top_p=0.9, top_k=20, sampling_seed=3),
-        SamplingParams(max_new_tokens=8, min_new_tokens=2, stop=["zz"], stop_token_ids=[2],
-                       ignore_eos=False, skip_special_tokens=False, no_stop_trim=True),
+        SamplingParams(
+            max_new_tokens=8,
+            min_new_tokens=2,
+            stop=["zz"],
+            stop_token_ids=[2],
+            ignore_eos=False,
+            skip_special_tokens=False,
+            no_stop_trim=True,
+        ),
         SamplingParams(max_new_tokens=0),
     ]
 
@@ -47,10 +55,14 @@ def test_logprobs_equal_teacher_forced_forward(server, checker, ref_model, h, te
 
     async def go():
         async with _client(server, checker) as c:
-            return await asyncio.gather(*(
-                c.generate(p, SamplingParams(max_new_tokens=24, temperature=temperature,
-                                             ignore_eos=True, sampling_seed=i))
-                for i, p in enumerate(prompts)))
+            return await asyncio.gather(
+                *(
+                    c.generate(
+                        p, SamplingParams(max_new_tokens=24, temperature=temperature, ignore_eos=True, sampling_seed=i)
+                    )
+                    for i, p in enumerate(prompts)
+                )
+            )
 
     for p, r in zip(prompts, asyncio.run(go())):
         assert len(r.output_ids) == 24 and r.finish_reason == "length"
@@ -58,7 +70,7 @@ def test_logprobs_equal_teacher_forced_forward(server, checker, ref_model, h, te
         assert torch.allclose(torch.tensor(r.logprobs), ref, atol=1e-4), (r.logprobs[:4], ref[:4])
         if temperature == 0.0:
             with torch.no_grad():
-                logits = ref_model(torch.tensor([p + r.output_ids])).logits[0, len(p) - 1:-1]
+                logits = ref_model(torch.tensor([p + r.output_ids])).logits[0, len(p) - 1 : -1]
             assert r.output_ids == logits.argmax(-1).tolist()
 
 
@@ -80,8 +92,10 @@ def test_alone_equals_inside_a_busy_batch(server, checker, ref_model, h):
 
             busy = await asyncio.gather(
                 *(late(p, 0.0) for p in others[:8]),
-                c.generate(target, greedy), c.generate(target, seeded),
-                *(late(p, 0.05 * i) for i, p in enumerate(others[8:])))
+                c.generate(target, greedy),
+                c.generate(target, seeded),
+                *(late(p, 0.05 * i) for i, p in enumerate(others[8:])),
+            )
             return alone, busy[8:10]
 
     alone, busy = asyncio.run(go())
@@ -104,25 +118,35 @@ def test_stop_rules(server, checker, tiny_model_dir, h):
             out = free.output_ids
             stop_tok = out[5]
             first = out.index(stop_tok)
-            by_id = await c.generate(prompt, SamplingParams(max_new_tokens=20, temperature=0.0,
-                                                            ignore_eos=True, stop_token_ids=[stop_tok]))
-            text_tail = tok.decode(out[first + 1:first + 3])
-            by_str = await c.generate(prompt, SamplingParams(max_new_tokens=20, temperature=0.0,
-                                                             ignore_eos=True, stop=[text_tail]))
-            late = await c.generate(prompt, SamplingParams(max_new_tokens=20, temperature=0.0, ignore_eos=True,
-                                                           stop_token_ids=[stop_tok], min_new_tokens=first + 2))
+            by_id = await c.generate(
+                prompt, SamplingParams(max_new_tokens=20, temperature=0.0, ignore_eos=True, stop_token_ids=[stop_tok])
+            )
+            text_tail = tok.decode(out[first + 1 : first + 3])
+            by_str = await c.generate(
+                prompt, SamplingParams(max_new_tokens=20, temperature=0.0, ignore_eos=True, stop=[text_tail])
+            )
+            late = await c.generate(
+                prompt,
+                SamplingParams(
+                    max_new_tokens=20,
+                    temperature=0.0,
+                    ignore_eos=True,
+                    stop_token_ids=[stop_tok],
+                    min_new_tokens=first + 2,
+                ),
+            )
             return free, first, stop_tok, by_id, text_tail, by_str, late
 
     free, first, stop_tok, by_id, text_tail, by_str, late = asyncio.run(go())
     assert free.finish_reason == "length" and len(free.output_ids) == 20
-    assert by_id.output_ids == free.output_ids[:first + 1]  # the stop token is kept, like SGLang
+    assert by_id.output_ids == free.output_ids[: first + 1]  # the stop token is kept, like SGLang
     assert (by_id.finish_reason, by_id.matched_stop) == ("stop", stop_tok)
     assert by_str.finish_reason == "stop" and by_str.matched_stop == text_tail
     assert text_tail not in by_str.meta["text"]  # trimmed from the text, tokens kept
-    assert by_str.output_ids == free.output_ids[:len(by_str.output_ids)]
+    assert by_str.output_ids == free.output_ids[: len(by_str.output_ids)]
     assert len(by_str.output_ids) <= first + 3
     # min_new_tokens bans the stop id until enough tokens exist: a different continuation
-    assert len(late.output_ids) >= first + 2 and stop_tok not in late.output_ids[:first + 2]
+    assert len(late.output_ids) >= first + 2 and stop_tok not in late.output_ids[: first + 2]
 
 
 def test_top_k_one_is_greedy(server, checker, ref_model, h):
@@ -131,8 +155,9 @@ def test_top_k_one_is_greedy(server, checker, ref_model, h):
     async def go():
         async with _client(server, checker) as c:
             greedy = await c.generate(prompt, SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True))
-            topk1 = await c.generate(prompt, SamplingParams(max_new_tokens=6, temperature=1.0, top_k=1,
-                                                            ignore_eos=True))
+            topk1 = await c.generate(
+                prompt, SamplingParams(max_new_tokens=6, temperature=1.0, top_k=1, ignore_eos=True)
+            )
             return greedy, topk1
 
     greedy, topk1 = asyncio.run(go())
@@ -149,8 +174,10 @@ def test_text_input_is_tokenised_like_input_ids(server, sglang_api, tiny_model_d
     async def go():
         async with aiohttp.ClientSession() as s:
             out = []
-            for body in ({"text": "The river city", "sampling_params": sp},
-                         {"input_ids": tok.encode("The river city", add_special_tokens=False), "sampling_params": sp}):
+            for body in (
+                {"text": "The river city", "sampling_params": sp},
+                {"input_ids": tok.encode("The river city", add_special_tokens=False), "sampling_params": sp},
+            ):
                 sglang_api.GenerateRequest.from_json_value(body)
                 async with s.post(server.url + "/generate", json=body) as r:
                     assert r.status == 200

@@ -1,4 +1,5 @@
 """Sampling rules on known distributions."""
+
 from __future__ import annotations
 
 import math
@@ -18,9 +19,13 @@ def _draw(spec: SamplingSpec, n: int = 4000, seeded: bool = False):
 
 
 def test_truncation_rules_and_untruncated_logprobs():
-    for spec, allowed in ((SamplingSpec(top_k=2), {0, 1}), (SamplingSpec(top_p=0.5), {0, 1}),
-                          (SamplingSpec(min_p=0.6), {0, 1}), (SamplingSpec(top_p=0.75), {0, 1, 2}),
-                          (SamplingSpec(), {0, 1, 2, 3})):
+    for spec, allowed in (
+        (SamplingSpec(top_k=2), {0, 1}),
+        (SamplingSpec(top_p=0.5), {0, 1}),
+        (SamplingSpec(min_p=0.6), {0, 1}),
+        (SamplingSpec(top_p=0.75), {0, 1, 2}),
+        (SamplingSpec(), {0, 1, 2, 3}),
+    ):
         tokens, logps = _draw(spec)
         assert set(tokens.tolist()) == allowed, spec
         # the log-prob is the token's under the full distribution (SGLang's default)

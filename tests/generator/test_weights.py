@@ -1,4 +1,5 @@
 """Weight pushes (disk and torch.distributed), versions, pause/resume, abort and flush."""
+
 from __future__ import annotations
 
 import asyncio
@@ -6,7 +7,6 @@ import copy
 import time
 
 import aiohttp
-
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -61,8 +61,7 @@ def test_disk_update_and_interrupted_requests(fresh_server, ref_model, checker, 
         return await task
 
     async def go():
-        async with GeneratorClient([fresh_server.url], on_request=checker.request,
-                                   on_response=checker.response) as c:
+        async with GeneratorClient([fresh_server.url], on_request=checker.request, on_response=checker.response) as c:
             before = await c.generate(prompt, sp)
             answers = await c.update_weights_from_disk(paths[1], 1)
             after = await c.generate(prompt, sp)
@@ -73,8 +72,9 @@ def test_disk_update_and_interrupted_requests(fresh_server, ref_model, checker, 
                 await c.update_weights_from_disk(bad_path, 9)
             final = await c.weight_versions()
             async with aiohttp.ClientSession() as s:
-                async with s.post(fresh_server.url + "/update_weight_version",
-                                  json={"new_version": "10", "abort_all_requests": False}) as r:
+                async with s.post(
+                    fresh_server.url + "/update_weight_version", json={"new_version": "10", "abort_all_requests": False}
+                ) as r:
                     assert r.status == 200
             relabelled = await c.generate(prompt, sp)
             return before, answers, after, info, aborted, in_place, final, relabelled
@@ -114,17 +114,18 @@ def test_distributed_push(fresh_server, ref_model, checker, h):
     port = free_port()
 
     async def go():
-        async with GeneratorClient([fresh_server.url], on_request=checker.request,
-                                   on_response=checker.response) as c:
+        async with GeneratorClient([fresh_server.url], on_request=checker.request, on_response=checker.response) as c:
             before = await c.generate(prompt, sp)
             world, group = await asyncio.gather(
                 c.init_weights_update_group("127.0.0.1", port, group_name="w"),
-                asyncio.to_thread(WeightGroup.join, "127.0.0.1", port, 2, 0, "w", "gloo", 60.0))
+                asyncio.to_thread(WeightGroup.join, "127.0.0.1", port, 2, 0, "w", "gloo", 60.0),
+            )
             buckets = list(iter_buckets(new.items(), bucket_bytes=64 * 1024))
             for bucket in buckets:
                 meta = BucketMeta.of(bucket)
-                announce = asyncio.create_task(c.update_weights_from_distributed(
-                    meta.names, meta.dtypes, meta.shapes, "w", version=7))
+                announce = asyncio.create_task(
+                    c.update_weights_from_distributed(meta.names, meta.dtypes, meta.shapes, "w", version=7)
+                )
                 await asyncio.to_thread(group.broadcast_bucket, bucket)
                 await announce
             after = await c.generate(prompt, sp)
@@ -145,8 +146,9 @@ def test_abort_request_and_flush_cache_retry(server, ref_model, h):
 
     async def go():
         async with GeneratorClient([server.url], flush_retry_s=0.05) as c:
-            task = asyncio.create_task(c.generate(
-                prompt, SamplingParams(max_new_tokens=LONG, ignore_eos=True), rid="to-abort"))
+            task = asyncio.create_task(
+                c.generate(prompt, SamplingParams(max_new_tokens=LONG, ignore_eos=True), rid="to-abort")
+            )
             await asyncio.sleep(0.15)
             await c.abort_request("to-abort")
             aborted = await task
@@ -165,8 +167,10 @@ def test_abort_request_and_flush_cache_retry(server, ref_model, h):
             await task
 
         # a client that gives up (timeout) hangs up; the server stops working on its request
-        async with GeneratorClient([server.url], timeout_s=0.3, max_retries=0) as impatient, \
-                GeneratorClient([server.url]) as c:
+        async with (
+            GeneratorClient([server.url], timeout_s=0.3, max_retries=0) as impatient,
+            GeneratorClient([server.url]) as c,
+        ):
             with pytest.raises(GeneratorUnavailable):
                 await impatient.generate(prompt, SamplingParams(max_new_tokens=4000, ignore_eos=True))
             t0 = time.monotonic()

@@ -1,4 +1,5 @@
 """Run `areal-mem train` on the debug recipe at a tiny size, and check what it leaves behind."""
+
 import json
 import os
 import subprocess
@@ -10,8 +11,7 @@ import pytest
 from tests.tiny_recipe import TINY_RECIPE
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TINY = [*TINY_RECIPE, "learner.steps=2", "learner.checkpoint_interval=100",
-        "learner.sft.warm_start=false"]
+TINY = [*TINY_RECIPE, "learner.steps=2", "learner.checkpoint_interval=100", "learner.sft.warm_start=false"]
 
 
 class TinyTrain:
@@ -21,11 +21,19 @@ class TinyTrain:
         self.run_dir = run_dir
 
     def run(self, *overrides, timeout_s=420):
-        cmd = [sys.executable, "-m", "areal_mem.cli", "train", "--config",
-               os.path.join(REPO, "configs", "debug_cpu.yaml"), "--no-eval",
-               f"run_dir={self.run_dir}", *TINY, *overrides]
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "areal_mem.cli",
+            "train",
+            "--config",
+            os.path.join(REPO, "configs", "debug_cpu.yaml"),
+            "--no-eval",
+            f"run_dir={self.run_dir}",
+            *TINY,
+            *overrides,
+        ]
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         finally:
@@ -34,8 +42,11 @@ class TinyTrain:
         return proc.returncode, out
 
     def leftover_processes(self):
-        return [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
-                if str(self.run_dir) in " ".join(p.info["cmdline"] or [])]
+        return [
+            p.info["cmdline"]
+            for p in psutil.process_iter(["cmdline"])
+            if str(self.run_dir) in " ".join(p.info["cmdline"] or [])
+        ]
 
     def train_steps(self):
         with open(self.run_dir / "metrics.jsonl", encoding="utf-8") as f:

@@ -1,4 +1,5 @@
 """The launch plan: what a run starts, with its GPU split, before anything starts."""
+
 import pytest
 
 from areal_mem.config import ConfigError, load_config
@@ -10,14 +11,20 @@ def plan_cfg(*overrides):
 
 
 def test_gpu_split_between_generators_and_learner_ranks():
-    cfg = plan_cfg("generator.num_servers=2", "launcher.generator_gpus=[0,1,2,3]",
-                   "launcher.gpus_per_generator=2", "launcher.learner_ranks=2",
-                   "launcher.learner_gpus=[4,5]")
+    cfg = plan_cfg(
+        "generator.num_servers=2",
+        "launcher.generator_gpus=[0,1,2,3]",
+        "launcher.gpus_per_generator=2",
+        "launcher.learner_ranks=2",
+        "launcher.learner_gpus=[4,5]",
+    )
     gens = [s for s in service_specs(cfg, "c.yaml") if s.name.startswith("generator")]
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in gens] == ["0,1", "2,3"]
     ranks = learner_specs(cfg, "c.yaml", Addresses(["r"], ["g"], "b"), "10.0.0.1", 29500)
-    assert [(s.name, s.env["RANK"], s.env["LOCAL_RANK"], s.env["CUDA_VISIBLE_DEVICES"])
-            for s in ranks] == [("learner0", "0", "0", "4,5"), ("learner1", "1", "1", "4,5")]
+    assert [(s.name, s.env["RANK"], s.env["LOCAL_RANK"], s.env["CUDA_VISIBLE_DEVICES"]) for s in ranks] == [
+        ("learner0", "0", "0", "4,5"),
+        ("learner1", "1", "1", "4,5"),
+    ]
     assert all(s.env["MASTER_ADDR"] == "10.0.0.1" and s.env["WORLD_SIZE"] == "2" for s in ranks)
 
 
@@ -26,8 +33,13 @@ def test_no_split_sets_no_devices_and_addresses_reach_every_worker():
     assert all("CUDA_VISIBLE_DEVICES" not in s.env for s in service_specs(cfg, "c.yaml"))
     workers = worker_specs(cfg, "c.yaml", Addresses(["http://r"], ["http://g1", "http://g2"], "grpc://b"))
     assert [s.name for s in workers] == ["rollout0", "rollout1", "rollout2"]
-    assert all("generator.urls=[http://g1,http://g2]" in s.argv and "buffer.url=grpc://b" in s.argv
-               and "retriever.urls=[http://r]" in s.argv and s.restart for s in workers)
+    assert all(
+        "generator.urls=[http://g1,http://g2]" in s.argv
+        and "buffer.url=grpc://b" in s.argv
+        and "retriever.urls=[http://r]" in s.argv
+        and s.restart
+        for s in workers
+    )
 
 
 def test_a_too_small_gpu_list_names_the_keys():
@@ -43,8 +55,11 @@ def test_rollout_workers_without_a_publisher_are_refused_before_anything_starts(
     from areal_mem.train import TrainPipeline
 
     cfg = plan_cfg("learner.publisher=none", f"run_dir={tmp_path}")
-    with pytest.raises(ConfigError, match=r"learner.publisher=none with rollout workers: .* "
-                                          r"\(buffer.max_staleness \+ 1\) x buffer.batch_groups"):
+    with pytest.raises(
+        ConfigError,
+        match=r"learner.publisher=none with rollout workers: .* "
+        r"\(buffer.max_staleness \+ 1\) x buffer.batch_groups",
+    ):
         worker_specs(cfg, "c.yaml", Addresses())
     with pytest.raises(ConfigError, match="learner.publisher=none"):
         TrainPipeline(cfg)

@@ -1,4 +1,5 @@
 """The Ray launcher runs the plan's real processes inside actors of a local Ray instance."""
+
 import os
 import signal
 import subprocess
@@ -22,22 +23,28 @@ NOWHERE = "http://127.0.0.1:9"  # the services a test does not start
 @pytest.fixture(scope="module")
 def local_ray():
     # Loopback only: tests never send traffic to the machine's other addresses.
-    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1")
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
 
 def only_buffer(tmp_path, *overrides):
-    cfg = load_config([os.path.join(REPO, "configs", "debug_cpu.yaml")], [
-        f"run_dir={tmp_path / 'run'}", "launcher.kind=ray", "launcher.health_timeout_s=60",
-        f"retriever.urls=[{NOWHERE}]", f"generator.urls=[{NOWHERE}]", *overrides])
+    cfg = load_config(
+        [os.path.join(REPO, "configs", "debug_cpu.yaml")],
+        [
+            f"run_dir={tmp_path / 'run'}",
+            "launcher.kind=ray",
+            "launcher.health_timeout_s=60",
+            f"retriever.urls=[{NOWHERE}]",
+            f"generator.urls=[{NOWHERE}]",
+            *overrides,
+        ],
+    )
     return cfg, save_resolved(cfg)
 
 
 def a_group(gid: str) -> Group:
-    ctx = Context(input_ids=[5, 6, 7, 8], prompt_len=2, loss_mask=[1, 0], behav_logp=[-0.5, 0.0],
-                  versions=[0, -1])
+    ctx = Context(input_ids=[5, 6, 7, 8], prompt_len=2, loss_mask=[1, 0], behav_logp=[-0.5, 0.0], versions=[0, -1])
     return Group(gid, [Trajectory(f"{gid}/0", [ctx], reward=1.0, start_version=0)])
 
 
@@ -49,8 +56,7 @@ def running(pid: int) -> bool:
 
 
 def run_dir_processes(run_dir):
-    return [p for p in psutil.process_iter(["cmdline"])
-            if str(run_dir) in " ".join(p.info["cmdline"] or [])]
+    return [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
 
 
 def test_buffer_service_in_an_actor_serves_and_stops(local_ray, tmp_path):
@@ -140,23 +146,29 @@ def test_unknown_role_in_ray_resources_is_named(local_ray, tmp_path):
 
 
 def test_actor_options_follow_the_plan_and_the_config(local_ray, tmp_path):
-    cfg, path = only_buffer(tmp_path, "launcher.ray_resources.learner.num_gpus=1",
-                            "launcher.ray_resources.rollout.resources={worker_node: 0.5}")
+    cfg, path = only_buffer(
+        tmp_path,
+        "launcher.ray_resources.learner.num_gpus=1",
+        "launcher.ray_resources.rollout.resources={worker_node: 0.5}",
+    )
     launcher = RayLauncher(cfg, path)
     gen = ProcessSpec("generator3", [], resources={"CPU": 1.0, "GPU": 1.0})
     assert launcher.actor_options(gen) == {"num_cpus": 1.0, "num_gpus": 1.0, "resources": {}}
-    assert launcher.actor_options(ProcessSpec("learner1", [])) == {
-        "num_cpus": 1.0, "num_gpus": 1.0, "resources": {}}
+    assert launcher.actor_options(ProcessSpec("learner1", [])) == {"num_cpus": 1.0, "num_gpus": 1.0, "resources": {}}
     assert launcher.actor_options(ProcessSpec("rollout0", [])) == {
-        "num_cpus": 1.0, "num_gpus": 0.0, "resources": {"worker_node": 0.5}}
+        "num_cpus": 1.0,
+        "num_gpus": 0.0,
+        "resources": {"worker_node": 0.5},
+    }
 
 
 def test_cluster_script_starts_the_head_first_and_keeps_the_token_off_command_lines(tmp_path):
     script = os.path.join(REPO, "examples", "multinode", "ray_cluster.sh")
     hosts = tmp_path / "hosts"
     hosts.write_text("# the job's nodes\nnode-a\n\n  node-b slots=8\nnode-c\n")
-    env = dict(os.environ, HOME=str(tmp_path), DRY_RUN="1", HEAD_IP="10.0.0.1", RAY_PORT="6400",
-               RAY_START_ARGS="--num-gpus=8")
+    env = dict(
+        os.environ, HOME=str(tmp_path), DRY_RUN="1", HEAD_IP="10.0.0.1", RAY_PORT="6400", RAY_START_ARGS="--num-gpus=8"
+    )
 
     def run(*args):
         return subprocess.run(["bash", script, *args], env=env, capture_output=True, text=True, timeout=60)
@@ -165,8 +177,7 @@ def test_cluster_script_starts_the_head_first_and_keeps_the_token_off_command_li
     assert start.returncode == 0, start.stderr
     lines = start.stdout.splitlines()
     ray_bin = os.path.join(REPO, ".venv", "bin", "ray")
-    push = ("umask 077 && mkdir -p ~/.ray && cat > ~/.ray/auth_token.new && "
-            "mv ~/.ray/auth_token.new ~/.ray/auth_token")
+    push = "umask 077 && mkdir -p ~/.ray && cat > ~/.ray/auth_token.new && mv ~/.ray/auth_token.new ~/.ray/auth_token"
     assert lines[:6] == [
         f"[node-a] {push}",
         f"[node-a] cd '{REPO}' && RAY_AUTH_MODE=token '{ray_bin}' start --disable-usage-stats --head "
@@ -183,8 +194,7 @@ def test_cluster_script_starts_the_head_first_and_keeps_the_token_off_command_li
     assert len(token) == 64 and token not in start.stdout
     assert oct(token_file.stat().st_mode & 0o777) == "0o600"
     assert run(str(hosts), "start").returncode == 0 and token_file.read_text().strip() == token  # kept
-    assert run(str(hosts), "stop").stdout.splitlines() == [
-        f"[node-{h}] '{ray_bin}' stop" for h in "cba"]
+    assert run(str(hosts), "stop").stdout.splitlines() == [f"[node-{h}] '{ray_bin}' stop" for h in "cba"]
     assert run(str(hosts), "address").stdout.strip() == "10.0.0.1:6400"
     empty = tmp_path / "empty"
     empty.write_text("# nobody\n")
@@ -200,8 +210,7 @@ def test_debug_recipe_runs_two_steps_through_ray_and_cleans_up(tiny_train):
     """`areal-mem train launcher.kind=ray` on its own Ray instance, gone after; the services bind the
     node's IP as on a multi-node cluster, so every request (weight pushes too) carries the run's token."""
     daemons = ray_daemons()
-    code, out = tiny_train.run("launcher.kind=ray", "launcher.ray_address=local",
-                               "launcher.ray_bind=node_ip")
+    code, out = tiny_train.run("launcher.kind=ray", "launcher.ray_address=local", "launcher.ray_bind=node_ip")
     assert code == 0, out[-5000:]
     assert "ray: 1 node(s), services bind their node IP (token auth)" in out
     ip = ray.util.get_node_ip_address()

@@ -1,4 +1,5 @@
 """The staleness bound holds end to end: tokens trained are at most eta versions old; eta 0 is synchronous."""
+
 import pytest
 
 

@@ -1,4 +1,5 @@
 """The debug recipe's levers: world question filters and the oracle's fact-sentence memory."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,14 @@ def _rows(path):
 
 
 def test_question_filters_keep_only_the_chosen_facts(tmp_path):
-    m = build_world(str(tmp_path), seed=1, passages=400, questions=200, question_types=["single"],
-                    single_attributes=["person.occupation", "city.country"])
+    m = build_world(
+        str(tmp_path),
+        seed=1,
+        passages=400,
+        questions=200,
+        question_types=["single"],
+        single_attributes=["person.occupation", "city.country"],
+    )
     assert m["questions"]["train"]["single"] == m["questions"]["train"]["total"] > 0
     corpus = {r["id"]: r["contents"] for r in _rows(tmp_path / "corpus.jsonl")}
     for split in ("train", "dev", "test"):
@@ -38,8 +45,14 @@ def test_question_filters_keep_only_the_chosen_facts(tmp_path):
 
 def test_default_world_is_unchanged_by_the_filters(tmp_path):
     a = build_world(str(tmp_path / "a"), seed=2, passages=200, questions=150)
-    b = build_world(str(tmp_path / "b"), seed=2, passages=200, questions=150,
-                    question_types=["single", "bridge", "comparison"], single_attributes=[])
+    b = build_world(
+        str(tmp_path / "b"),
+        seed=2,
+        passages=200,
+        questions=150,
+        question_types=["single", "bridge", "comparison"],
+        single_attributes=[],
+    )
     assert a["sha256"] == b["sha256"]
     assert a["questions"]["train"]["bridge"] > 0 and a["questions"]["train"]["comparison"] > 0
 
@@ -52,12 +65,18 @@ def test_bad_filters_name_the_key(tmp_path):
 
 
 def test_fact_sentences_keep_what_the_question_needs():
-    text = ("Ada Lind (born 1901) is a poet from Kest. She worked for Orra Guild for many years. "
-            "Little is known about her early education.")
+    text = (
+        "Ada Lind (born 1901) is a poet from Kest. She worked for Orra Guild for many years. "
+        "Little is known about her early education."
+    )
     single = Task("q", "What did Ada Lind do?", ["poet"], {"type": "single"})
     assert fact_sentences(text, single) == "Ada Lind (born 1901) is a poet from Kest."
-    bridge = Task("q", "Who founded the organisation Ada Lind worked for?", ["Bo Tarr"],
-                  {"type": "bridge", "bridge": "Orra Guild"})
+    bridge = Task(
+        "q",
+        "Who founded the organisation Ada Lind worked for?",
+        ["Bo Tarr"],
+        {"type": "bridge", "bridge": "Orra Guild"},
+    )
     assert fact_sentences(text, bridge) == "She worked for Orra Guild for many years."
     comparison = Task("q", "Who was born first, Ada Lind or Cy Op?", ["Cy Op"], {"type": "comparison"})
     assert fact_sentences(text, comparison) == "Ada Lind (born 1901) is a poet from Kest."
@@ -70,5 +89,6 @@ def test_debug_recipe_loads_with_its_options():
     assert [t.value for t in cfg.world.question_types] == ["single"]
     assert list(cfg.world.single_attributes) == ["person.occupation", "city.country"]
     with pytest.raises(Exception, match="question_types"):
-        load_config([os.path.join(REPO, "configs", "debug_cpu.yaml")],
-                    ["run_dir=/tmp/x", "world.question_types=[trivia]"])
+        load_config(
+            [os.path.join(REPO, "configs", "debug_cpu.yaml")], ["run_dir=/tmp/x", "world.question_types=[trivia]"]
+        )

@@ -3,6 +3,7 @@
 Writes (rank 0) the metrics and the updated weights so that runs with different
 rank counts can be compared.
 """
+
 import json
 import sys
 
@@ -40,8 +41,7 @@ def plain_loss(model_dir, rows, loss_cfg):
     with torch.no_grad():
         logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
     logp, ent = token_logp_entropy(logits[:, :-1], b["labels"])
-    per_tok, _ = ppo_token_loss(logp, logp, b["behav_logp"], b["advantages"], b["loss_mask"],
-                                loss_cfg, entropy=ent)
+    per_tok, _ = ppo_token_loss(logp, logp, b["behav_logp"], b["advantages"], b["loss_mask"], loss_cfg, entropy=ent)
     return float(per_tok.sum() / b["loss_mask"].sum())
 
 
@@ -49,8 +49,9 @@ def main():
     """argv: model dir, output prefix, ZeRO stage, comma-separated mini-batch counts (one engine each)."""
     model_dir, out_prefix, stage = sys.argv[1], sys.argv[2], int(sys.argv[3])
     for mini in map(int, sys.argv[4].split(",")):
-        cfg = LearnerConfig(lr=1e-3, zero_stage=stage, micro_batch_tokens=48, mini_batches=mini,
-                            entropy_coef=0.01, behav_weight_cap=5.0)
+        cfg = LearnerConfig(
+            lr=1e-3, zero_stage=stage, micro_batch_tokens=48, mini_batches=mini, entropy_coef=0.01, behav_weight_cap=5.0
+        )
         eng = LearnerEngine(model_dir, cfg)
         rows = fixed_rows(eng.engine.module.config.vocab_size)
         expected = plain_loss(model_dir, rows, eng.loss_cfg) if eng.world == 1 else None

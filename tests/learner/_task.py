@@ -4,6 +4,7 @@ one of the "given" tokens (ids divisible by `mod`, about 1/mod of the vocabulary
 `Producer` plays the rollout worker against the real services: it asks the buffer for a
 slot (the staleness bound), samples a group from the generator and puts the whole group.
 """
+
 import asyncio
 import threading
 import uuid

@@ -1,4 +1,5 @@
 """The learner commands refuse unusable configs with a message that names the key."""
+
 from areal_mem.cli import main
 
 

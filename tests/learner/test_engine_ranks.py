@@ -1,4 +1,5 @@
 """2 ranks with ZeRO-2 == 1 rank: same loss, same updated weights (CPU, gloo)."""
+
 import json
 
 import pytest

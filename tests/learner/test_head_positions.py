@@ -1,5 +1,6 @@
 """The learner's forward computes the output head only where a loss or log-prob is read; its
 values there equal a plain full-logits forward of the same model."""
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -13,8 +14,10 @@ def test_logits_only_at_kept_positions_equal_the_full_forward(tiny_model_dir):
     from learner.engine import LearnerEngine
 
     engine = LearnerEngine(tiny_model_dir, LearnerConfig(zero_stage=2, micro_batch_tokens=256))
-    rows = [TrainRow([5, 6, 7, 8, 9, 10], 2, [1, 0, 1, 1], [0.0] * 4, [0] * 4, [1.0] * 4),
-            TrainRow([11, 12, 13], 1, [0, 1], [0.0] * 2, [0] * 2, [1.0] * 2)]
+    rows = [
+        TrainRow([5, 6, 7, 8, 9, 10], 2, [1, 0, 1, 1], [0.0] * 4, [0] * 4, [1.0] * 4),
+        TrainRow([11, 12, 13], 1, [0, 1], [0.0] * 2, [0] * 2, [1.0] * 2),
+    ]
     b = collate(rows)
     plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     with torch.no_grad():
@@ -30,4 +33,4 @@ def test_logits_only_at_kept_positions_equal_the_full_forward(tiny_model_dir):
     got = engine.logprobs(rows)
     for j, r in enumerate(rows):
         s = r.prompt_len - 1
-        assert got[j] == pytest.approx(want_logp[j, s:s + len(r.loss_mask)].tolist(), abs=1e-5)
+        assert got[j] == pytest.approx(want_logp[j, s : s + len(r.loss_mask)].tolist(), abs=1e-5)

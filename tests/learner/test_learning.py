@@ -1,6 +1,7 @@
 """GRPO on the tiny model through the whole loop: buffer, embedded generator, `areal-mem
 learner` with distributed pushes and probe checks. The mean reward rises from near chance to
 above 0.9; a learner killed mid-run resumes (`resume: auto`) at the next step and version."""
+
 import asyncio
 import json
 import os
@@ -15,18 +16,31 @@ import pytest
 from areal_mem.buffer.launch import BufferProcess
 from rollout.generator.client import GeneratorClient
 from rollout.generator.launch import start_embedded_generator
-
 from tests.learner._task import Producer
 
 STEP_LINE = re.compile(r"\[train step (\d+)\] reward=([0-9.e-]+).*")
 
 
 def _learner(run_dir, model_dir, buffer_url, gen_url, log_path):
-    cmd = [sys.executable, "-m", "areal_mem.cli", "learner", f"run_dir={run_dir}",
-           f"model.path={model_dir}", f"buffer.url={buffer_url}", f"generator.urls=[{gen_url}]",
-           "buffer.batch_groups=8", "learner.steps=40", "learner.lr=3e-2", "learner.entropy_coef=0",
-           "learner.checkpoint_interval=3", "learner.probe_check=true", "learner.export_hf=false",
-           "learner.publisher=distributed", "learner.micro_batch_tokens=1024"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal_mem.cli",
+        "learner",
+        f"run_dir={run_dir}",
+        f"model.path={model_dir}",
+        f"buffer.url={buffer_url}",
+        f"generator.urls=[{gen_url}]",
+        "buffer.batch_groups=8",
+        "learner.steps=40",
+        "learner.lr=3e-2",
+        "learner.entropy_coef=0",
+        "learner.checkpoint_interval=3",
+        "learner.probe_check=true",
+        "learner.export_hf=false",
+        "learner.publisher=distributed",
+        "learner.micro_batch_tokens=1024",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     log = open(log_path, "w")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log
@@ -36,6 +50,7 @@ def _generator_version(url):
     async def go():
         async with GeneratorClient([url]) as c:
             return (await c.weight_versions())[url]
+
     return asyncio.run(go())
 
 
@@ -55,9 +70,11 @@ def _wait(pred, proc, log_path, producer, timeout, buffer):
         time.sleep(0.5)
     with buffer.client() as c:
         stats = c.stats()
-    pytest.fail(f"learner exit code {proc.poll()}, producer alive {producer.is_alive()} "
-                f"put {producer.groups_put} errors {producer.errors[-3:]}, buffer {stats}:\n"
-                f"{_steps(log_path)[1][-5000:]}")
+    pytest.fail(
+        f"learner exit code {proc.poll()}, producer alive {producer.is_alive()} "
+        f"put {producer.groups_put} errors {producer.errors[-3:]}, buffer {stats}:\n"
+        f"{_steps(log_path)[1][-5000:]}"
+    )
 
 
 def test_grpo_learns_first_token_and_resumes_after_kill(tiny_model_dir, tmp_path):
@@ -73,8 +90,14 @@ def test_grpo_learns_first_token_and_resumes_after_kill(tiny_model_dir, tmp_path
         p1, f1 = _learner(run_dir, tiny_model_dir, buffer.url, gen.url, log1)
         procs.append(p1)
         state_path = os.path.join(run_dir, "checkpoints", "state.json")
-        _wait(lambda: os.path.exists(state_path) and max((s for s, _ in _steps(log1)[0]), default=0) >= 4,
-              p1, log1, producer, 180, buffer)
+        _wait(
+            lambda: os.path.exists(state_path) and max((s for s, _ in _steps(log1)[0]), default=0) >= 4,
+            p1,
+            log1,
+            producer,
+            180,
+            buffer,
+        )
         p1.kill()
         p1.wait()
         f1.close()
@@ -92,6 +115,7 @@ def test_grpo_learns_first_token_and_resumes_after_kill(tiny_model_dir, tmp_path
         def learned():
             steps = _steps(log2)[0]
             return len(steps) >= 2 and min(r for _, r in steps[-2:]) > 0.9
+
         _wait(learned, p2, log2, producer, 180, buffer)
         p2.send_signal(signal.SIGTERM)  # graceful: finish the step, checkpoint, exit
         assert p2.wait(60) == 0
@@ -127,20 +151,41 @@ def test_two_rank_zero3_loop_pushes_and_resumes(tiny_model_dir, tmp_path, publis
 
     run_dir = str(tmp_path / "run")
     buffer = BufferProcess(run_dir, overrides=["buffer.max_staleness=1", "buffer.batch_groups=4"])
-    gen = start_embedded_generator(tiny_model_dir, max_batch_size=16, torch_threads=1,
-                                   weights_dirs=[run_dir])  # the disk publisher writes there
+    gen = start_embedded_generator(
+        tiny_model_dir, max_batch_size=16, torch_threads=1, weights_dirs=[run_dir]
+    )  # the disk publisher writes there
     producer = Producer(gen.url, buffer.url)
     producer.start()
     try:
         for steps in (2, 3):
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                   "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m", "areal_mem.cli",
-                   "learner", f"run_dir={run_dir}", f"model.path={tiny_model_dir}",
-                   f"buffer.url={buffer.url}", f"generator.urls=[{gen.url}]", "buffer.batch_groups=4",
-                   f"learner.steps={steps}", "learner.lr=1e-2", "learner.checkpoint_interval=2",
-                   "learner.probe_check=true", f"learner.publisher={publisher}", "learner.zero_stage=3"]
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                               env=dict(os.environ, OMP_NUM_THREADS="1"))
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node",
+                "2",
+                "--master_addr",
+                "127.0.0.1",
+                "--master_port",
+                str(free_port()),
+                "-m",
+                "areal_mem.cli",
+                "learner",
+                f"run_dir={run_dir}",
+                f"model.path={tiny_model_dir}",
+                f"buffer.url={buffer.url}",
+                f"generator.urls=[{gen.url}]",
+                "buffer.batch_groups=4",
+                f"learner.steps={steps}",
+                "learner.lr=1e-2",
+                "learner.checkpoint_interval=2",
+                "learner.probe_check=true",
+                f"learner.publisher={publisher}",
+                "learner.zero_stage=3",
+            ]
+            p = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1")
+            )
             assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
             assert f"[learner] done: step {steps}, version {steps}" in p.stdout + p.stderr
         assert "resumed from step 2, version 2" in p.stdout + p.stderr

@@ -1,4 +1,5 @@
 """The learner's math against values computed by hand."""
+
 import math
 
 import pytest
@@ -8,8 +9,14 @@ from areal_mem.config.learner import CapLevel, CapMode
 from areal_mem.trajectory import Context, Group, Trajectory
 from learner.advantages import group_advantages, group_context_advantages
 from learner.batch import TrainRow, collate, rows_from_groups
-from learner.loss import (PPOLossConfig, behaviour_weights, loglinear_prox_logp, low_var_kl,
-                          ppo_token_loss, token_logp_entropy)
+from learner.loss import (
+    PPOLossConfig,
+    behaviour_weights,
+    loglinear_prox_logp,
+    low_var_kl,
+    ppo_token_loss,
+    token_logp_entropy,
+)
 from learner.packing import pack_by_tokens, split_balanced, split_contiguous
 
 
@@ -31,13 +38,23 @@ def test_advantages_different_rewards_use_unbiased_std():
 
 def _ctx(n_prompt, mask):
     n = len(mask)
-    return Context(list(range(1, n_prompt + n + 1)), n_prompt, mask,
-                   [-0.5 if m else 0.0 for m in mask], [3 if m else -1 for m in mask])
+    return Context(
+        list(range(1, n_prompt + n + 1)),
+        n_prompt,
+        mask,
+        [-0.5 if m else 0.0 for m in mask],
+        [3 if m else -1 for m in mask],
+    )
 
 
 def test_trajectory_advantage_on_every_model_token_of_every_context():
-    g = Group("q", [Trajectory("a", [_ctx(2, [1, 1]), _ctx(3, [1, 0, 0, 1])], reward=1.0),
-                    Trajectory("b", [_ctx(2, [1, 1, 1])], reward=0.0)])
+    g = Group(
+        "q",
+        [
+            Trajectory("a", [_ctx(2, [1, 1]), _ctx(3, [1, 0, 0, 1])], reward=1.0),
+            Trajectory("b", [_ctx(2, [1, 1, 1])], reward=0.0),
+        ],
+    )
     a = 1 / (math.sqrt(0.5) + 1e-6) * 0.5
     advs = group_context_advantages(g)
     assert advs == [pytest.approx([a, a]), pytest.approx([a, 0, 0, a]), pytest.approx([-a, -a, -a])]
@@ -51,7 +68,9 @@ def test_trajectory_advantage_on_every_model_token_of_every_context():
 
 
 def _loss(logp, prox, behav, adv, mask=None, **kw):
-    t = lambda x: torch.tensor(x, dtype=torch.float)
+    def t(x):
+        return torch.tensor(x, dtype=torch.float)
+
     mask = t(mask if mask is not None else [1.0] * len(logp))
     cfg = PPOLossConfig(**kw)
     return ppo_token_loss(t(logp), t(prox), t(behav), t(adv), mask, cfg)
@@ -129,15 +148,16 @@ def test_loglinear_prox_interpolates_by_version():
 
 def test_masked_tokens_contribute_zero_gradient_and_token_mean_over_contexts():
     torch.manual_seed(0)
-    rows = [TrainRow([5, 6, 7, 8, 9], 2, [1, 0, 1], [-1.0, -2.0, -1.5], [0, -1, 0], [1.0, 0.0, 1.0]),
-            TrainRow([1, 2, 3], 1, [1, 1], [-0.5, -0.7], [0, 0], [-0.5, -0.5])]
+    rows = [
+        TrainRow([5, 6, 7, 8, 9], 2, [1, 0, 1], [-1.0, -2.0, -1.5], [0, -1, 0], [1.0, 0.0, 1.0]),
+        TrainRow([1, 2, 3], 1, [1, 1], [-0.5, -0.7], [0, 0], [-0.5, -0.5]),
+    ]
     b = collate(rows)
     assert b["loss_mask"].tolist() == [[0, 1, 0, 1], [1, 1, 0, 0]]
     logits = torch.randn(2, 4, 12, requires_grad=True)
     logp, ent = token_logp_entropy(logits, b["labels"])
     cfg = PPOLossConfig(entropy_coef=0.01)
-    per_tok, _ = ppo_token_loss(logp, logp.detach(), b["behav_logp"], b["advantages"], b["loss_mask"],
-                                cfg, entropy=ent)
+    per_tok, _ = ppo_token_loss(logp, logp.detach(), b["behav_logp"], b["advantages"], b["loss_mask"], cfg, entropy=ent)
     loss = per_tok.sum() / b["loss_mask"].sum()
     loss.backward()
     g = logits.grad.abs().sum(-1)

@@ -1,4 +1,5 @@
 """Batch metrics from groups: rewards, workflow info, staleness and advantage stats by hand."""
+
 import pytest
 
 from areal_mem.trajectory import Context, Group, Trajectory
@@ -12,8 +13,13 @@ def _traj(tid, reward, versions, info):
 
 
 def test_batch_stats_by_hand(tmp_path):
-    g1 = Group("a", [_traj("a/0", 1.0, [3, 3, -1], {"em": 1.0, "f1": 1.0, "format_error": "", "num_turns": 2}),
-                     _traj("a/1", 0.0, [4], {"em": 0.0, "f1": 0.5, "format_error": "no boxed", "num_turns": 1})])
+    g1 = Group(
+        "a",
+        [
+            _traj("a/0", 1.0, [3, 3, -1], {"em": 1.0, "f1": 1.0, "format_error": "", "num_turns": 2}),
+            _traj("a/1", 0.0, [4], {"em": 0.0, "f1": 0.5, "format_error": "no boxed", "num_turns": 1}),
+        ],
+    )
     g2 = Group("b", [_traj("b/0", 0.5, [5, 5], {}), _traj("b/1", 0.5, [5], {})])
     s = batch_stats([g1, g2], version=5)
     assert s["reward"] == pytest.approx(0.5)

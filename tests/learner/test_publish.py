@@ -1,5 +1,6 @@
 """Distributed and disk pushes into a real embedded generator: its log-probs then equal the
 learner's on a probe (and differ before the push, so the check can fail)."""
+
 import asyncio
 import os
 
@@ -9,7 +10,6 @@ from areal_mem.config.learner import LearnerConfig
 from learner.publishers import DiskPublisher, DistributedPublisher, ProbeMismatch
 from rollout.generator.client import GeneratorClient
 from rollout.generator.launch import start_embedded_generator
-
 from tests.learner._dist_worker import fixed_rows
 
 
@@ -22,8 +22,9 @@ def engine(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def generator(tiny_model_dir, tmp_path_factory):
-    with start_embedded_generator(tiny_model_dir, max_batch_size=4, torch_threads=1,
-                                  weights_dirs=[str(tmp_path_factory.getbasetemp())]) as h:
+    with start_embedded_generator(
+        tiny_model_dir, max_batch_size=4, torch_threads=1, weights_dirs=[str(tmp_path_factory.getbasetemp())]
+    ) as h:
         yield h
 
 
@@ -31,6 +32,7 @@ def _version(url):
     async def go():
         async with GeneratorClient([url]) as c:
             return await c.weight_versions()
+
     return asyncio.run(go())[url]
 
 
@@ -40,8 +42,9 @@ def _train(engine):
 
 
 def test_distributed_then_disk_push_match_the_learner(engine, generator, tmp_path):
-    dist_pub = DistributedPublisher(engine, GeneratorClient([generator.url]), bucket_mb=0.05,
-                                    probe_check=True, probe_tolerance=1e-4)
+    dist_pub = DistributedPublisher(
+        engine, GeneratorClient([generator.url]), bucket_mb=0.05, probe_check=True, probe_tolerance=1e-4
+    )
     try:
         _train(engine)
         with pytest.raises(ProbeMismatch):  # the generator still has the initial weights
@@ -53,8 +56,14 @@ def test_distributed_then_disk_push_match_the_learner(engine, generator, tmp_pat
     finally:
         dist_pub.close()
 
-    disk_pub = DiskPublisher(engine, GeneratorClient([generator.url]), str(tmp_path / "weights"), keep=1,
-                             probe_check=True, probe_tolerance=1e-4)
+    disk_pub = DiskPublisher(
+        engine,
+        GeneratorClient([generator.url]),
+        str(tmp_path / "weights"),
+        keep=1,
+        probe_check=True,
+        probe_tolerance=1e-4,
+    )
     try:
         _train(engine)
         with pytest.raises(ProbeMismatch):

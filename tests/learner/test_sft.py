@@ -1,7 +1,8 @@
 """`areal-mem sft`: learns the masked-in tokens of context rows, and names bad input exactly."""
+
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
@@ -30,7 +31,7 @@ def _nll(model_dir):
     with torch.no_grad():
         lp = torch.log_softmax(model(torch.tensor([r["input_ids"]])).logits[0, :-1], -1)
     tok = torch.tensor(r["input_ids"][1:])
-    nll = -lp.gather(1, tok[:, None])[:, 0][len(PROMPT) - 1:]
+    nll = -lp.gather(1, tok[:, None])[:, 0][len(PROMPT) - 1 :]
     mask = torch.tensor(r["loss_mask"], dtype=torch.bool)
     return nll[mask].mean().item(), nll[~mask].mean().item()
 
@@ -39,9 +40,20 @@ def test_sft_learns_only_masked_in_tokens(tiny_model_dir, tmp_path):
     data = tmp_path / "demos.jsonl"
     data.write_text("\n".join(json.dumps(_row()) for _ in range(8)) + "\n")
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "areal_mem.cli", "sft", "--data", str(data), f"run_dir={run_dir}",
-           f"model.path={tiny_model_dir}", "learner.sft.epochs=6", "learner.sft.batch_rows=4",
-           "learner.sft.lr=1e-2", "learner.entropy_coef=0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal_mem.cli",
+        "sft",
+        "--data",
+        str(data),
+        f"run_dir={run_dir}",
+        f"model.path={tiny_model_dir}",
+        "learner.sft.epochs=6",
+        "learner.sft.batch_rows=4",
+        "learner.sft.lr=1e-2",
+        "learner.entropy_coef=0",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-4000:]
@@ -75,8 +87,13 @@ def test_sft_data_errors_name_file_and_line(tmp_path):
 
 def test_sft_reads_arrow_rows(tmp_path):
     r = _row()
-    table = pa.table({"input_ids": [r["input_ids"]], "prompt_len": [r["prompt_len"]],
-                      "loss_mask": pa.array([r["loss_mask"]], pa.list_(pa.int8()))})
+    table = pa.table(
+        {
+            "input_ids": [r["input_ids"]],
+            "prompt_len": [r["prompt_len"]],
+            "loss_mask": pa.array([r["loss_mask"]], pa.list_(pa.int8())),
+        }
+    )
     feather.write_feather(table, str(tmp_path / "d.arrow"))
     rows = read_rows(str(tmp_path / "d.arrow"))
     assert rows[0].input_ids == r["input_ids"] and rows[0].loss_mask == r["loss_mask"]

@@ -4,6 +4,7 @@ shared token through its real `serve` command, and the route tables the fuzz tes
 A derandomized hypothesis profile ("ci", the default) keeps CI repeatable and inside its
 budget; `HYPOTHESIS_PROFILE=deep` runs many more examples.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -18,20 +19,25 @@ from urllib.parse import urlparse
 import pytest
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("ci", max_examples=8, deadline=None, derandomize=True, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("deep", max_examples=300, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci", max_examples=8, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("deep", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 TOKEN = "rel-" + secrets.token_hex(12)  # distinctive, so a leak into any log is found by grep
 PROMPT = [5, 6, 7, 8]
-GREEDY = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 4, "temperature": 0,
-                                                     "ignore_eos": True}}
+GREEDY = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}
 
 
-def http_call(url: str, method: str, path: str, body: Optional[bytes] = None,
-              headers: Optional[Dict[str, str]] = None, timeout: float = 60.0) -> Tuple[int, bytes, str]:
+def http_call(
+    url: str,
+    method: str,
+    path: str,
+    body: Optional[bytes] = None,
+    headers: Optional[Dict[str, str]] = None,
+    timeout: float = 60.0,
+) -> Tuple[int, bytes, str]:
     """(status, body, content type) of one request; a fresh connection each time."""
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
@@ -53,8 +59,15 @@ class Service:
     token: str = TOKEN
     extra: Dict[str, Any] = field(default_factory=dict)
 
-    def call(self, method: str, path: str, body: Any = None, raw: Optional[bytes] = None,
-             headers: Optional[Dict[str, str]] = None, auth: bool = True) -> Tuple[int, Any]:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        raw: Optional[bytes] = None,
+        headers: Optional[Dict[str, str]] = None,
+        auth: bool = True,
+    ) -> Tuple[int, Any]:
         """(status, decoded JSON or raw bytes) of one authenticated request."""
         h = {"Authorization": f"Bearer {self.token}"} if auth else {}
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
@@ -74,16 +87,16 @@ def rel_dir(tmp_path_factory):
 def retriever_service(world_dir, rel_dir):
     """BM25 over the world's corpus, token required; `extra` holds a query and its exact answer."""
     from retriever.build import build_index
-    from retriever.launch import start_retriever
-
     from retriever.corpus import CorpusReader
+    from retriever.launch import start_retriever
 
     corpus = os.path.join(world_dir, "corpus.jsonl")
     index = str(rel_dir / "bm25")
     build_index(corpus, index, "bm25", show_progress=False)
     first = next(iter(CorpusReader(corpus)))
-    with start_retriever(index, token=TOKEN, log_path=str(rel_dir / "retriever.log"),
-                         overrides=["retriever.threads=1"]) as h:
+    with start_retriever(
+        index, token=TOKEN, log_path=str(rel_dir / "retriever.log"), overrides=["retriever.threads=1"]
+    ) as h:
         svc = Service(h.url, h.log_path, h.child.proc.pid)
         good = {"query": first.title, "top_n": 3}
         status, docs = svc.call("POST", "/search", good)
@@ -100,9 +113,15 @@ def generator_service(tiny_model_dir, rel_dir):
     allowed = rel_dir / "allowed"
     allowed.mkdir()
     shutil.copytree(tiny_model_dir, allowed / "copy")
-    with start_embedded_generator(tiny_model_dir, token=TOKEN, max_batch_size=4, torch_threads=1,
-                                  weight_group_timeout_s=3, log_path=str(rel_dir / "generator.log"),
-                                  weights_dirs=[str(allowed)]) as h:
+    with start_embedded_generator(
+        tiny_model_dir,
+        token=TOKEN,
+        max_batch_size=4,
+        torch_threads=1,
+        weight_group_timeout_s=3,
+        log_path=str(rel_dir / "generator.log"),
+        weights_dirs=[str(allowed)],
+    ) as h:
         svc = Service(h.url, h.log_path, h.child.proc.pid, extra={"allowed": str(allowed)})
         status, out = svc.call("POST", "/generate", GREEDY)
         assert status == 200 and len(out["output_ids"]) == 4
@@ -114,8 +133,9 @@ def generator_service(tiny_model_dir, rel_dir):
 def buffer_service(rel_dir):
     from areal_mem.buffer.launch import BufferProcess
 
-    proc = BufferProcess(str(rel_dir / "buffer_run"), token=TOKEN,
-                         overrides=["buffer.fsync=false", "buffer.slot_ttl_s=0"])
+    proc = BufferProcess(
+        str(rel_dir / "buffer_run"), token=TOKEN, overrides=["buffer.fsync=false", "buffer.slot_ttl_s=0"]
+    )
     yield proc
     proc.stop()
 
@@ -146,12 +166,18 @@ def routes():
     from retriever.server import make_app
     from rollout.generator.server import GeneratorServer
 
-    return {"retriever": app_routes(make_app(None, RetrieverConfig())),
-            "generator": app_routes(GeneratorServer(None, None).app())}
+    return {
+        "retriever": app_routes(make_app(None, RetrieverConfig())),
+        "generator": app_routes(GeneratorServer(None, None).app()),
+    }
 
 
 @pytest.fixture(scope="session")
 def checks():
     """The answer checks, handed out as a fixture (test modules do not import conftest)."""
-    return {"retriever": check_retriever_answers, "generator": check_generator_answers,
-            "http_call": http_call, "token": TOKEN}
+    return {
+        "retriever": check_retriever_answers,
+        "generator": check_generator_answers,
+        "http_call": http_call,
+        "token": TOKEN,
+    }

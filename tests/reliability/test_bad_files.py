@@ -1,5 +1,6 @@
 """Malformed data files and config values fail with the file and line (or key) named, both from
 the readers and through the command line (exit status 2, one line on stderr, no traceback)."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,9 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 
 def cli(*argv: str, cwd: str = ROOT) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AREAL_MEM_")}
-    return subprocess.run([sys.executable, "-m", "areal_mem.cli", *argv], capture_output=True, text=True,
-                          timeout=180, cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "areal_mem.cli", *argv], capture_output=True, text=True, timeout=180, cwd=cwd, env=env
+    )
 
 
 def assert_clean_failure(r: subprocess.CompletedProcess, *needles: str) -> None:
@@ -46,14 +48,17 @@ QUESTION_LINES = {
 }
 
 
-@pytest.mark.parametrize("reader,case", [("corpus", c) for c in sorted(CORPUS_LINES)]
-                         + [("flashrag", c) for c in sorted(QUESTION_LINES)])
+@pytest.mark.parametrize(
+    "reader,case", [("corpus", c) for c in sorted(CORPUS_LINES)] + [("flashrag", c) for c in sorted(QUESTION_LINES)]
+)
 def test_a_corrupt_line_names_file_and_line(reader, case, tmp_path):
     from areal_mem.data import DataError, read_tasks
     from retriever.corpus import CorpusError, corpus_checksum
 
-    lines, good, read, error = {"corpus": (CORPUS_LINES, GOOD_PASSAGE, corpus_checksum, CorpusError),
-                                "flashrag": (QUESTION_LINES, GOOD_QUESTION, read_tasks, DataError)}[reader]
+    lines, good, read, error = {
+        "corpus": (CORPUS_LINES, GOOD_PASSAGE, corpus_checksum, CorpusError),
+        "flashrag": (QUESTION_LINES, GOOD_QUESTION, read_tasks, DataError),
+    }[reader]
     line, needle = lines[case]
     path = tmp_path / "data.jsonl"
     path.write_bytes(good * 2 + line + b"\n" + good)
@@ -66,29 +71,39 @@ def test_bad_data_files_through_the_command_line(tmp_path):
     """Question files through `data convert` (a corrupt corpus through `retriever build`: tests/retriever)."""
     questions = tmp_path / "q.jsonl"
     questions.write_bytes(GOOD_QUESTION * 3 + b"\xff\xfe not text\n")
-    assert_clean_failure(cli("data", "convert", str(questions), str(tmp_path / "q.parquet")),
-                         f"{questions}:4: not UTF-8")
+    assert_clean_failure(
+        cli("data", "convert", str(questions), str(tmp_path / "q.parquet")), f"{questions}:4: not UTF-8"
+    )
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     parquet = tmp_path / "searchr1.parquet"
-    pq.write_table(pa.Table.from_pylist([{"question": "q", "golden_answers": ["a"]},
-                                         {"question": None, "golden_answers": ["b"]}]), str(parquet))
-    assert_clean_failure(cli("data", "convert", str(parquet), str(tmp_path / "out.jsonl")),
-                         f"{parquet}: row 1: 'question'")
+    pq.write_table(
+        pa.Table.from_pylist([{"question": "q", "golden_answers": ["a"]}, {"question": None, "golden_answers": ["b"]}]),
+        str(parquet),
+    )
+    assert_clean_failure(
+        cli("data", "convert", str(parquet), str(tmp_path / "out.jsonl")), f"{parquet}: row 1: 'question'"
+    )
     garbage = tmp_path / "garbage.parquet"
     garbage.write_bytes(b"PAR1 this is not parquet")
-    assert_clean_failure(cli("data", "convert", str(garbage), str(tmp_path / "o.jsonl")),
-                         f"{garbage}: not a readable parquet file")
+    assert_clean_failure(
+        cli("data", "convert", str(garbage), str(tmp_path / "o.jsonl")), f"{garbage}: not a readable parquet file"
+    )
 
 
 CONFIGS = {  # the YAML, the line at fault, what the message must say
-    "wrong type": ("model:\n  path: /m\nlearner:\n  lr: 1e-6\n  steps: many\n", 5,
-                   "key 'learner.steps' expects int"),
-    "unknown key": ("model:\n  path: /m\nrollout:\n  group_size: 5\n  max_turnz: 3\n", 5,
-                    "unknown key 'rollout.max_turnz'; allowed keys under 'rollout'"),
-    "bad enum": ("model:\n  path: /m\nretriever:\n  kind: sparse\n", 4,
-                 "key 'retriever.kind' expects IndexKind: dense|bm25"),
+    "wrong type": ("model:\n  path: /m\nlearner:\n  lr: 1e-6\n  steps: many\n", 5, "key 'learner.steps' expects int"),
+    "unknown key": (
+        "model:\n  path: /m\nrollout:\n  group_size: 5\n  max_turnz: 3\n",
+        5,
+        "unknown key 'rollout.max_turnz'; allowed keys under 'rollout'",
+    ),
+    "bad enum": (
+        "model:\n  path: /m\nretriever:\n  kind: sparse\n",
+        4,
+        "key 'retriever.kind' expects IndexKind: dense|bm25",
+    ),
     "unknown section": ("model:\n  path: /m\nlerner:\n  lr: 1\n", 3, "unknown key 'lerner'"),
 }
 
@@ -115,5 +130,6 @@ def test_bad_configs_through_areal_mem_train(tmp_path):
     broken.write_text("model:\n  path: /m\n learner: [\n")
     assert_clean_failure(cli("train", "--config", str(broken)), f"{broken}: not valid YAML", "line 3")
     assert_clean_failure(cli("train", "--config", str(broken).replace("broken", "missing")), "does not exist")
-    assert_clean_failure(cli("train", "model.path=/m", "learner.lr=fast"),
-                         "command-line override 'learner.lr=fast'", "learner.lr")
+    assert_clean_failure(
+        cli("train", "model.path=/m", "learner.lr=fast"), "command-line override 'learner.lr=fast'", "learner.lr"
+    )

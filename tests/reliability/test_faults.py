@@ -2,6 +2,7 @@
 restarts what died, nothing stored is lost or trained twice, no partial group is stored, and the
 run reaches its last step. Checked from metrics.jsonl, the buffer's ledger and files, the logs
 and the process table (`areal_mem.bench.soak.account`, shared with `areal-mem bench soak`)."""
+
 import json
 import os
 import re
@@ -26,6 +27,7 @@ def held_slots(run_dir):
 def at_steps(run_dir, plan):
     """An on_tick that injects plan[i][1] once the learner logged plan[i][0] steps (a rollout
     worker or generator only while groups are in flight: mid-episode)."""
+
     def tick(injector):
         if not plan or len(train_rows(run_dir)) < plan[0][0] or not settled(injector):
             return
@@ -35,6 +37,7 @@ def at_steps(run_dir, plan):
             time.sleep(0.01)  # groups are in flight for a moment only
         if not mid_episode or held_slots(run_dir):
             injector.inject(plan.pop(0)[1])
+
     return tick
 
 
@@ -104,9 +107,18 @@ def test_killed_learner_resumes_from_its_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_a_stalled_retriever_gives_error_text_and_groups_flow_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [
-        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-        os.environ.get("PYTHONPATH", "")])))
+    monkeypatch.setenv(
+        "PYTHONPATH",
+        os.pathsep.join(
+            filter(
+                None,
+                [
+                    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                    os.environ.get("PYTHONPATH", ""),
+                ],
+            )
+        ),
+    )
     run_dir = tmp_path / "run"
     marks = {}
 
@@ -115,15 +127,25 @@ def test_a_stalled_retriever_gives_error_text_and_groups_flow_again(tmp_path, mo
             injector.inject("retriever")
             marks["resume"] = datetime.now() + timedelta(seconds=10)
 
-    injector = run_rl(fault_cfg(run_dir, "learner.steps=12", "rollout.tool_timeout_s=2",
-                                "rollout.workflow=tests.reliability.faults_helpers:SearchingWorkflow"),
-                      tick, stall_s=10.0)
+    injector = run_rl(
+        fault_cfg(
+            run_dir,
+            "learner.steps=12",
+            "rollout.tool_timeout_s=2",
+            "rollout.workflow=tests.reliability.faults_helpers:SearchingWorkflow",
+        ),
+        tick,
+        stall_s=10.0,
+    )
     assert injector.restarts() == {}  # nothing died: the worker stayed up
     check_books(run_dir, 12)
     rollout = log_text(run_dir, "rollout0")
     assert "tool response error: Error: the wikipedia_search call timed out after 2 s." in rollout
     assert "abandoned" not in rollout and "running it again" not in rollout  # no episode crashed
-    stored_after = [t for t in re.findall(r"^(\S+ \S+) rollout0 INFO group \S+ stored", rollout, re.M)
-                    if datetime.strptime(t, "%Y-%m-%d %H:%M:%S,%f") > marks["resume"]]
+    stored_after = [
+        t
+        for t in re.findall(r"^(\S+ \S+) rollout0 INFO group \S+ stored", rollout, re.M)
+        if datetime.strptime(t, "%Y-%m-%d %H:%M:%S,%f") > marks["resume"]
+    ]
     assert len(stored_after) >= 4  # groups flow again after SIGCONT
     assert not run_dir_processes(run_dir)

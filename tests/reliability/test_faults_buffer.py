@@ -1,5 +1,6 @@
 """The buffer over a days-long run: an ack that crosses a restart, bounded id sets, a compacted
 ledger; and the launcher's report of a stale torch-extension build lock."""
+
 import json
 import os
 import time
@@ -58,8 +59,7 @@ def test_done_ids_past_the_staleness_horizon_are_forgotten(tmp_path):
 def test_recovery_forgets_old_records_and_compacts_the_ledger(tmp_path, monkeypatch):
     monkeypatch.setattr(GroupStore, "compact_min_records", 2)
     store = GroupStore(str(tmp_path))
-    groups = [store.write(i, f"g{i}", group_to_table(make_group(f"g{i}", start_version=i)))
-              for i in range(4)]
+    groups = [store.write(i, f"g{i}", group_to_table(make_group(f"g{i}", start_version=i))) for i in range(4)]
     for e in groups[:3]:
         store.record_done("ack", [e], batch_id=f"b{e.seq}")
     store.record_version(4, 3)
@@ -70,8 +70,10 @@ def test_recovery_forgets_old_records_and_compacts_the_ledger(tmp_path, monkeypa
     assert [e.group_id for e in rec.pending] == ["g3"]
     with open(tmp_path / "ledger.jsonl") as f:
         lines = [json.loads(line) for line in f]
-    assert lines == [{"version": 4, "acked_total": 2, "acked_batches_total": 2, "clock": 3},
-                     {"ack": ["g2"], "start": 2, "batch_id": "b2"}]
+    assert lines == [
+        {"version": 4, "acked_total": 2, "acked_batches_total": 2, "clock": 3},
+        {"ack": ["g2"], "start": 2, "batch_id": "b2"},
+    ]
     assert (lambda r: (r.acked, r.acked_batches, r.clock))(GroupStore(str(tmp_path)).recover()) == (3, 3, 3)
 
 

@@ -1,6 +1,7 @@
 """A generator that is SIGKILLed and restarted by a launcher gets the learner's current weights
 from the distributed publisher before it serves: between pushes (the watcher) and when a push
 meets it dead (the push waits, rebuilds the weight group and delivers again)."""
+
 import asyncio
 import threading
 import time
@@ -31,6 +32,7 @@ def _ask(url, coro_fn):
     async def go():
         async with GeneratorClient([url]) as c:
             return await coro_fn(c)
+
     return asyncio.run(go())
 
 
@@ -48,8 +50,15 @@ def _restart(tiny_model_dir, port):
 def test_a_restarted_generator_serves_the_current_weights(engine, tiny_model_dir):
     gen = start_embedded_generator(tiny_model_dir, max_batch_size=4)
     port = int(gen.url.rsplit(":", 1)[1])
-    pub = DistributedPublisher(engine, GeneratorClient([gen.url]), bucket_mb=0.05, probe_check=True,
-                               heal=True, heal_interval_s=0.2, restart_timeout_s=120)
+    pub = DistributedPublisher(
+        engine,
+        GeneratorClient([gen.url]),
+        bucket_mb=0.05,
+        probe_check=True,
+        heal=True,
+        heal_interval_s=0.2,
+        restart_timeout_s=120,
+    )
     handles = [gen]
     try:
         pub.setup()
@@ -60,8 +69,11 @@ def test_a_restarted_generator_serves_the_current_weights(engine, tiny_model_dir
         gen.child.kill()
         handles.append(_restart(tiny_model_dir, port))
         answered = []
-        waiter = threading.Thread(target=lambda: answered.append(_ask(gen.url, lambda c: c.generate(
-            [5, 6, 7], SamplingParams(max_new_tokens=4, temperature=1.0)))))
+        waiter = threading.Thread(
+            target=lambda: answered.append(
+                _ask(gen.url, lambda c: c.generate([5, 6, 7], SamplingParams(max_new_tokens=4, temperature=1.0)))
+            )
+        )
         waiter.start()  # a rollout request to the paused server waits for the weights
         deadline = time.monotonic() + 60
         while _version(gen.url) != 1 and time.monotonic() < deadline:

@@ -4,6 +4,7 @@ Each bad call must be refused with a `FlightServerError` whose `extra_info` is t
 `{"code": "invalid"}` (never an internal error or a raw Python exception) naming the field,
 nothing may be stored, and the next good put -> get -> ack round trip must return the rows.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -21,11 +22,15 @@ from areal_mem.buffer.schema import CONTEXT_SCHEMA, group_to_table
 from areal_mem.buffer.service import FIELDS, MAX_JSON_BYTES, MAX_VERSION
 from areal_mem.trajectory import Context, Group, Trajectory
 
-HUGE_INTS = st.sampled_from([2 ** 63, -(2 ** 63) - 1, 10 ** 30, -(10 ** 400)])
-SCALARS = (st.booleans() | st.integers() | HUGE_INTS
-           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))
-VALUES = st.recursive(SCALARS | st.none(), lambda c: st.lists(c, max_size=3)
-                      | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=6)
+HUGE_INTS = st.sampled_from([2**63, -(2**63) - 1, 10**30, -(10**400)])
+SCALARS = (
+    st.booleans() | st.integers() | HUGE_INTS | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12)
+)
+VALUES = st.recursive(
+    SCALARS | st.none(),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+    max_leaves=6,
+)
 
 
 def not_(*kinds) -> st.SearchStrategy:
@@ -33,30 +38,62 @@ def not_(*kinds) -> st.SearchStrategy:
         if isinstance(v, bool):
             return bool in kinds
         return isinstance(v, tuple(k for k in kinds if k is not bool))
+
     return VALUES.filter(lambda v: v is not None and not ok(v))
 
 
 # One valid body per call, and bad values for each of its fields.
-BASES = {"do_put": {"group_id": "g", "slot": ""}, "do_get": {"n": 1, "request_id": "fuzz", "wait_s": 0},
-         "acquire": {"wait_s": 0}, "release": {"slot": "no-such-slot"}, "set_version": {"version": 0},
-         "ack": {"batch_id": "no-such-batch", "group_ids": []}, "requeue": {"batch_id": "no-such-batch"}, "stats": {}}
-BAD = {
-    ("do_put", "group_id"): not_(str), ("do_put", "slot"): not_(str),
-    ("do_get", "n"): not_(int) | st.integers(max_value=0) | st.integers(min_value=MAX_VERSION + 1),
-    ("do_get", "request_id"): not_(str) | st.just(""), ("do_get", "wait_s"): not_(int, float),
-    ("acquire", "wait_s"): not_(int, float), ("release", "slot"): not_(str),
-    ("set_version", "version"): not_(int) | st.integers(max_value=-1) | st.integers(min_value=MAX_VERSION + 1),
-    ("ack", "batch_id"): not_(str), ("ack", "group_ids"): not_(list), ("requeue", "batch_id"): not_(str),
+BASES = {
+    "do_put": {"group_id": "g", "slot": ""},
+    "do_get": {"n": 1, "request_id": "fuzz", "wait_s": 0},
+    "acquire": {"wait_s": 0},
+    "release": {"slot": "no-such-slot"},
+    "set_version": {"version": 0},
+    "ack": {"batch_id": "no-such-batch", "group_ids": []},
+    "requeue": {"batch_id": "no-such-batch"},
+    "stats": {},
 }
-MALFORMED = [b"{", b"\xff\xfe\x00", b"[]", b"123", b'"s"', b"null", b"[" * 50_000 + b"]" * 50_000,
-             b"a=1", b'{"x": ' + b" " * MAX_JSON_BYTES + b"1}"]
+BAD = {
+    ("do_put", "group_id"): not_(str),
+    ("do_put", "slot"): not_(str),
+    ("do_get", "n"): not_(int) | st.integers(max_value=0) | st.integers(min_value=MAX_VERSION + 1),
+    ("do_get", "request_id"): not_(str) | st.just(""),
+    ("do_get", "wait_s"): not_(int, float),
+    ("acquire", "wait_s"): not_(int, float),
+    ("release", "slot"): not_(str),
+    ("set_version", "version"): not_(int) | st.integers(max_value=-1) | st.integers(min_value=MAX_VERSION + 1),
+    ("ack", "batch_id"): not_(str),
+    ("ack", "group_ids"): not_(list),
+    ("requeue", "batch_id"): not_(str),
+}
+MALFORMED = [
+    b"{",
+    b"\xff\xfe\x00",
+    b"[]",
+    b"123",
+    b'"s"',
+    b"null",
+    b"[" * 50_000 + b"]" * 50_000,
+    b"a=1",
+    b'{"x": ' + b" " * MAX_JSON_BYTES + b"1}",
+]
 _ids = itertools.count()
 
 
 def _group(gid: str) -> Group:
-    trajs = [Trajectory(f"{gid}/{t}", [Context(list(range(3, 13)), 4, [1, 0, 1, 1, 1, 0],
-                                               [-0.5, 0.0, -0.25, -1.0, -2.0, 0.0], [0, -1, 0, 0, 0, -1])],
-                        reward=float(t), start_version=0) for t in range(2)]
+    trajs = [
+        Trajectory(
+            f"{gid}/{t}",
+            [
+                Context(
+                    list(range(3, 13)), 4, [1, 0, 1, 1, 1, 0], [-0.5, 0.0, -0.25, -1.0, -2.0, 0.0], [0, -1, 0, 0, 0, -1]
+                )
+            ],
+            reward=float(t),
+            start_version=0,
+        )
+        for t in range(2)
+    ]
     return Group(gid, trajs)
 
 
@@ -150,8 +187,9 @@ def test_unknown_fields_are_refused_naming_them(name, raw, buf, key, value):
 
 
 def _put_table(raw, token, table: pa.Table, gid: str) -> None:
-    writer, _ = raw.do_put(flight.FlightDescriptor.for_command(json.dumps({"group_id": gid}).encode()),
-                           table.schema, opts(token))
+    writer, _ = raw.do_put(
+        flight.FlightDescriptor.for_command(json.dumps({"group_id": gid}).encode()), table.schema, opts(token)
+    )
     writer.write_table(table)
     writer.close()
 
@@ -159,20 +197,31 @@ def _put_table(raw, token, table: pa.Table, gid: str) -> None:
 def _bad_tables(gid: str, marker: str):
     good = group_to_table(_group(gid))
     payload = pickle.dumps(_Touch(marker))  # runs `open(marker, "w")` if anyone unpickles it
-    evil = pa.field("evil", pa.binary(), metadata={b"ARROW:extension:name": b"arrow.py_extension_type",
-                                                   b"ARROW:extension:metadata": payload})
+    evil = pa.field(
+        "evil",
+        pa.binary(),
+        metadata={b"ARROW:extension:name": b"arrow.py_extension_type", b"ARROW:extension:metadata": payload},
+    )
     return {
         "empty": (good.slice(0, 0), "no rows"),
         "missing column": (good.drop_columns(["reward"]), "missing column 'reward'"),
-        "wrong type": (good.set_column(good.schema.get_field_index("reward"), "reward",
-                                       good.column("reward").cast(pa.float64())), "column 'reward'"),
+        "wrong type": (
+            good.set_column(good.schema.get_field_index("reward"), "reward", good.column("reward").cast(pa.float64())),
+            "column 'reward'",
+        ),
         "duplicate column": (good.append_column("turn", good.column("turn")), "duplicate column"),
-        "nulls": (good.set_column(good.schema.get_field_index("turn"), "turn",
-                                  pa.array([None] * good.num_rows, pa.int32())), "null"),
-        "other group id": (good.set_column(good.schema.get_field_index("group_id"), "group_id",
-                                           pa.array(["other"] * good.num_rows)), "'other'"),
-        "pickled extension type": (good.append_column(evil, pa.array([payload] * good.num_rows, pa.binary())),
-                                   "extra column 'evil'"),
+        "nulls": (
+            good.set_column(good.schema.get_field_index("turn"), "turn", pa.array([None] * good.num_rows, pa.int32())),
+            "null",
+        ),
+        "other group id": (
+            good.set_column(good.schema.get_field_index("group_id"), "group_id", pa.array(["other"] * good.num_rows)),
+            "'other'",
+        ),
+        "pickled extension type": (
+            good.append_column(evil, pa.array([payload] * good.num_rows, pa.binary())),
+            "extra column 'evil'",
+        ),
     }
 
 
@@ -197,8 +246,19 @@ def test_bad_tables_are_refused_and_pickled_types_never_loaded(raw, buf, tmp_pat
     round_trip(buf)
 
 
-TYPES = [pa.int8(), pa.int64(), pa.float16(), pa.string(), pa.binary(), pa.bool_(), pa.list_(pa.string()),
-         pa.large_list(pa.int32()), pa.struct([("a", pa.int32())]), pa.null(), pa.dictionary(pa.int8(), pa.string())]
+TYPES = [
+    pa.int8(),
+    pa.int64(),
+    pa.float16(),
+    pa.string(),
+    pa.binary(),
+    pa.bool_(),
+    pa.list_(pa.string()),
+    pa.large_list(pa.int32()),
+    pa.struct([("a", pa.int32())]),
+    pa.null(),
+    pa.dictionary(pa.int8(), pa.string()),
+]
 
 
 @given(column=st.sampled_from(CONTEXT_SCHEMA.names), typ=st.sampled_from(TYPES))

@@ -8,6 +8,7 @@ Unknown fields: the retriever's own APIs refuse them (400 naming the field); the
 follows SGLang's schema, whose request objects ignore unknown top-level keys while
 `sampling_params` refuses them.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,11 +20,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 # ---- JSON values and bad values --------------------------------------------------------------
-HUGE_INTS = st.sampled_from([2 ** 63, -(2 ** 63) - 1, 10 ** 30, 2 ** 64, -(10 ** 400)])
-SCALARS = (st.booleans() | st.integers() | HUGE_INTS
-           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))
-VALUES = st.recursive(SCALARS | st.none(), lambda c: st.lists(c, max_size=3)
-                      | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=6)
+HUGE_INTS = st.sampled_from([2**63, -(2**63) - 1, 10**30, 2**64, -(10**400)])
+SCALARS = (
+    st.booleans() | st.integers() | HUGE_INTS | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12)
+)
+VALUES = st.recursive(
+    SCALARS | st.none(),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+    max_leaves=6,
+)
 
 
 def _is(value: Any, kinds: tuple) -> bool:
@@ -51,12 +56,25 @@ class Route:
 
 
 def _search(query_key: str, n_key: str, flag_key: str, many: bool) -> Route:
-    bad_query = (not_(*LIST) | st.just([]) | st.lists(not_(*STR), min_size=1, max_size=3)
-                 | st.lists(BLANK | SURROGATE, min_size=1, max_size=2)) if many \
+    bad_query = (
+        (
+            not_(*LIST)
+            | st.just([])
+            | st.lists(not_(*STR), min_size=1, max_size=3)
+            | st.lists(BLANK | SURROGATE, min_size=1, max_size=2)
+        )
+        if many
         else not_(*STR) | BLANK | SURROGATE
-    return Route({query_key: ["alpha"] if many else "alpha", n_key: 2, flag_key: False},
-                 {query_key: bad_query, n_key: not_(*INT) | st.integers(max_value=0)
-                  | st.integers(min_value=101) | HUGE_INTS, flag_key: not_(*BOOL)}, "refused")
+    )
+    return Route(
+        {query_key: ["alpha"] if many else "alpha", n_key: 2, flag_key: False},
+        {
+            query_key: bad_query,
+            n_key: not_(*INT) | st.integers(max_value=0) | st.integers(min_value=101) | HUGE_INTS,
+            flag_key: not_(*BOOL),
+        },
+        "refused",
+    )
 
 
 NO_BODY = Route(None, reads_body=False)
@@ -64,74 +82,123 @@ RETRIEVER = {
     ("POST", "/search"): _search("query", "top_n", "return_score", many=False),
     ("POST", "/batch_search"): _search("query", "top_n", "return_score", many=True),
     ("POST", "/retrieve"): _search("queries", "topk", "return_scores", many=True),
-    ("GET", "/health"): NO_BODY, ("HEAD", "/health"): NO_BODY,
+    ("GET", "/health"): NO_BODY,
+    ("HEAD", "/health"): NO_BODY,
 }
 
 VOCAB = 1 << 20  # more than the tiny model's vocabulary: ids from here up are refused
-BAD_IDS = st.lists(st.integers(max_value=-1) | st.integers(min_value=VOCAB) | not_(*INT),
-                   min_size=1, max_size=3).map(lambda bad: [5] + bad)
+BAD_IDS = st.lists(st.integers(max_value=-1) | st.integers(min_value=VOCAB) | not_(*INT), min_size=1, max_size=3).map(
+    lambda bad: [5] + bad
+)
 SP = "sampling_params."
 GENERATOR = {
     ("POST", "/generate"): Route(
         {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 1}},
-        {"input_ids": not_(*LIST) | st.just([]) | BAD_IDS, "text": not_(*STR) | st.text(max_size=5),
-         "rid": not_(*STR), "stream": not_(*BOOL), "return_logprob": not_(*BOOL),
-         "sampling_params": not_(*DICT),
-         SP + "max_new_tokens": not_(*INT) | st.integers(max_value=-1) | HUGE_INTS,
-         SP + "temperature": not_(*NUM) | st.floats(max_value=-1e-9) | st.sampled_from(
-             [float("nan"), float("inf"), 10 ** 400]),
-         SP + "top_p": not_(*NUM) | st.floats(max_value=0) | st.floats(min_value=1.0001),
-         SP + "top_k": not_(*INT) | st.integers(max_value=-2) | st.just(0) | HUGE_INTS,
-         SP + "min_p": not_(*NUM) | st.floats(max_value=-1e-9) | st.floats(min_value=1.0001),
-         SP + "min_new_tokens": not_(*INT) | st.integers(max_value=-1),
-         SP + "stop": not_(STR[0], LIST[0]) | st.lists(not_(*STR) | st.just(""), min_size=1, max_size=2),
-         SP + "stop_token_ids": not_(*LIST) | BAD_IDS,
-         SP + "sampling_seed": not_(*INT) | st.integers(max_value=-1) | st.integers(min_value=2 ** 64),
-         SP + "ignore_eos": not_(*BOOL), SP + "skip_special_tokens": not_(*BOOL),
-         SP + "n": st.integers(min_value=2) | not_(*INT)}, "ignored"),
-    ("POST", "/pause_generation"): Route({"mode": "in_place"},
-                                         {"mode": not_(*STR) | st.text(max_size=8).filter(
-                                             lambda s: s not in ("abort", "retract", "in_place"))}, "ignored"),
+        {
+            "input_ids": not_(*LIST) | st.just([]) | BAD_IDS,
+            "text": not_(*STR) | st.text(max_size=5),
+            "rid": not_(*STR),
+            "stream": not_(*BOOL),
+            "return_logprob": not_(*BOOL),
+            "sampling_params": not_(*DICT),
+            SP + "max_new_tokens": not_(*INT) | st.integers(max_value=-1) | HUGE_INTS,
+            SP + "temperature": not_(*NUM)
+            | st.floats(max_value=-1e-9)
+            | st.sampled_from([float("nan"), float("inf"), 10**400]),
+            SP + "top_p": not_(*NUM) | st.floats(max_value=0) | st.floats(min_value=1.0001),
+            SP + "top_k": not_(*INT) | st.integers(max_value=-2) | st.just(0) | HUGE_INTS,
+            SP + "min_p": not_(*NUM) | st.floats(max_value=-1e-9) | st.floats(min_value=1.0001),
+            SP + "min_new_tokens": not_(*INT) | st.integers(max_value=-1),
+            SP + "stop": not_(STR[0], LIST[0]) | st.lists(not_(*STR) | st.just(""), min_size=1, max_size=2),
+            SP + "stop_token_ids": not_(*LIST) | BAD_IDS,
+            SP + "sampling_seed": not_(*INT) | st.integers(max_value=-1) | st.integers(min_value=2**64),
+            SP + "ignore_eos": not_(*BOOL),
+            SP + "skip_special_tokens": not_(*BOOL),
+            SP + "n": st.integers(min_value=2) | not_(*INT),
+        },
+        "ignored",
+    ),
+    ("POST", "/pause_generation"): Route(
+        {"mode": "in_place"},
+        {"mode": not_(*STR) | st.text(max_size=8).filter(lambda s: s not in ("abort", "retract", "in_place"))},
+        "ignored",
+    ),
     ("POST", "/continue_generation"): Route({}, {}, "ignored"),
-    ("POST", "/abort_request"): Route({"rid": "nothing-in-flight"},
-                                      {"rid": not_(*STR), "abort_all": not_(*BOOL)}, "ignored"),
+    ("POST", "/abort_request"): Route(
+        {"rid": "nothing-in-flight"}, {"rid": not_(*STR), "abort_all": not_(*BOOL)}, "ignored"
+    ),
     ("POST", "/update_weights_from_disk"): Route(
         {"model_path": "<allowed>/copy"},
-        {"model_path": not_(*STR) | st.sampled_from(["", "/", "/etc", "<allowed>/../..", "relative/dir"]),
-         "load_format": st.text(min_size=1, max_size=6).filter(lambda s: s not in ("auto", "safetensors"))
-         | not_(*STR), "weight_version": not_(*STR), "abort_all_requests": not_(*BOOL),
-         "flush_cache": not_(*BOOL)}, "ignored"),
+        {
+            "model_path": not_(*STR) | st.sampled_from(["", "/", "/etc", "<allowed>/../..", "relative/dir"]),
+            "load_format": st.text(min_size=1, max_size=6).filter(lambda s: s not in ("auto", "safetensors"))
+            | not_(*STR),
+            "weight_version": not_(*STR),
+            "abort_all_requests": not_(*BOOL),
+            "flush_cache": not_(*BOOL),
+        },
+        "ignored",
+    ),
     ("POST", "/init_weights_update_group"): Route(
-        {"master_address": "127.0.0.1", "master_port": 1, "rank_offset": 1, "world_size": 2,
-         "group_name": "fuzz", "backend": "gloo"},
-        {"master_address": not_(*STR) | st.just(""), "master_port": not_(*INT) | st.integers(max_value=0)
-         | st.integers(min_value=65536), "rank_offset": not_(*INT) | st.integers(max_value=0)
-         | st.integers(min_value=2), "world_size": not_(*INT) | st.integers(max_value=1)
-         | st.integers(min_value=(1 << 16) + 1), "group_name": not_(*STR) | st.just(""),
-         "backend": st.text(max_size=6).filter(lambda s: s not in ("", "nccl", "gloo")) | not_(*STR)}),
+        {
+            "master_address": "127.0.0.1",
+            "master_port": 1,
+            "rank_offset": 1,
+            "world_size": 2,
+            "group_name": "fuzz",
+            "backend": "gloo",
+        },
+        {
+            "master_address": not_(*STR) | st.just(""),
+            "master_port": not_(*INT) | st.integers(max_value=0) | st.integers(min_value=65536),
+            "rank_offset": not_(*INT) | st.integers(max_value=0) | st.integers(min_value=2),
+            "world_size": not_(*INT) | st.integers(max_value=1) | st.integers(min_value=(1 << 16) + 1),
+            "group_name": not_(*STR) | st.just(""),
+            "backend": st.text(max_size=6).filter(lambda s: s not in ("", "nccl", "gloo")) | not_(*STR),
+        },
+    ),
     ("POST", "/update_weights_from_distributed"): Route(
         {"names": ["x"], "dtypes": ["float32"], "shapes": [[1]], "group_name": "no-such-group"},
-        {"names": not_(*LIST) | st.lists(not_(*STR), min_size=1, max_size=1),
-         "dtypes": not_(*LIST) | st.lists(not_(*STR), min_size=1, max_size=1),
-         "shapes": not_(*LIST) | st.lists(not_(*LIST), min_size=1, max_size=1),
-         "group_name": not_(*STR)}, "ignored"),
-    ("POST", "/update_weight_version"): Route({"new_version": "0", "abort_all_requests": False},
-                                              {"new_version": not_(*STR),
-                                               "abort_all_requests": not_(*BOOL)}, "ignored"),
-    ("POST", "/flush_cache"): Route({}, {}, "ignored"), ("GET", "/flush_cache"): Route({}, {}, "ignored"),
-    **{(m, p): NO_BODY for m in ("GET", "HEAD")
-       for p in ("/health", "/health_generate", "/model_info", "/get_model_info")},
+        {
+            "names": not_(*LIST) | st.lists(not_(*STR), min_size=1, max_size=1),
+            "dtypes": not_(*LIST) | st.lists(not_(*STR), min_size=1, max_size=1),
+            "shapes": not_(*LIST) | st.lists(not_(*LIST), min_size=1, max_size=1),
+            "group_name": not_(*STR),
+        },
+        "ignored",
+    ),
+    ("POST", "/update_weight_version"): Route(
+        {"new_version": "0", "abort_all_requests": False},
+        {"new_version": not_(*STR), "abort_all_requests": not_(*BOOL)},
+        "ignored",
+    ),
+    ("POST", "/flush_cache"): Route({}, {}, "ignored"),
+    ("GET", "/flush_cache"): Route({}, {}, "ignored"),
+    **{
+        (m, p): NO_BODY
+        for m in ("GET", "HEAD")
+        for p in ("/health", "/health_generate", "/model_info", "/get_model_info")
+    },
     ("HEAD", "/flush_cache"): NO_BODY,
 }
 TABLES = {"retriever": RETRIEVER, "generator": GENERATOR}
-FIELD_CASES = [(svc, route, f) for svc, table in TABLES.items() for route, spec in table.items()
-               for f in spec.fields]
-BODY_ROUTES = [(svc, route) for svc, table in TABLES.items() for route, spec in table.items()
-               if spec.reads_body]
-UNKNOWN_ROUTES = [(svc, route) for svc, table in TABLES.items() for route, spec in table.items()
-                  if spec.unknown]
-MALFORMED = [b"{", b'{"query": ', b"\xff\xfe\x00garbage", b"[]", b"[1, 2]", b"123", b'"text"', b"null",
-             b"true", b"[" * 50_000 + b"]" * 50_000, b"a=1&b=2", b"\x00" * 64]
+FIELD_CASES = [(svc, route, f) for svc, table in TABLES.items() for route, spec in table.items() for f in spec.fields]
+BODY_ROUTES = [(svc, route) for svc, table in TABLES.items() for route, spec in table.items() if spec.reads_body]
+UNKNOWN_ROUTES = [(svc, route) for svc, table in TABLES.items() for route, spec in table.items() if spec.unknown]
+MALFORMED = [
+    b"{",
+    b'{"query": ',
+    b"\xff\xfe\x00garbage",
+    b"[]",
+    b"[1, 2]",
+    b"123",
+    b'"text"',
+    b"null",
+    b"true",
+    b"[" * 50_000 + b"]" * 50_000,
+    b"a=1&b=2",
+    b"\x00" * 64,
+]
 
 
 @pytest.fixture(scope="session")
@@ -177,7 +244,7 @@ def test_malformed_bodies_get_400_naming_the_body(svc_name, route, service, chec
         status, body = _send(svc, route, raw, {"Content-Type": "application/json"})
         assert status == 400, (route, raw[:40], status, body)
         msg = _message(svc_name, body)
-        assert ("JSON" in msg or "body" in msg), msg
+        assert "JSON" in msg or "body" in msg, msg
     checks[svc_name](svc)
 
 
@@ -227,8 +294,7 @@ def test_sampling_params_refuse_unknown_keys_like_sglang(generator_service):
     from rollout.generator.sglang_schema import load_sglang_api_types
 
     sglang_api = load_sglang_api_types()
-    status, body = generator_service.call(
-        "POST", "/generate", {"input_ids": [5], "sampling_params": {"max_tokens": 2}})
+    status, body = generator_service.call("POST", "/generate", {"input_ids": [5], "sampling_params": {"max_tokens": 2}})
     assert status == 400 and "unknown field `max_tokens`" in body["error"]["message"]
     with pytest.raises(sglang_api.JsonContractError, match="unknown field `max_tokens`"):
         sglang_api.SamplingParams.from_json_value({"max_tokens": 2})
@@ -251,18 +317,25 @@ def test_content_type_is_not_trusted_only_the_body(retriever_service, generator_
     """JSON is parsed whatever the Content-Type says (as SGLang's `request.json()` does); a form
     body is not JSON and gets 400."""
     good, docs = retriever_service.extra["good"]
-    assert retriever_service.call("POST", "/search", raw=json.dumps(good).encode(),
-                                  headers={"Content-Type": "text/plain"}) == (200, docs)
-    status, body = retriever_service.call("POST", "/search", raw=b"query=a&top_n=2",
-                                          headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert retriever_service.call(
+        "POST", "/search", raw=json.dumps(good).encode(), headers={"Content-Type": "text/plain"}
+    ) == (200, docs)
+    status, body = retriever_service.call(
+        "POST", "/search", raw=b"query=a&top_n=2", headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
     assert status == 400 and body["field"] == "body"
-    status, out = generator_service.call("POST", "/generate", raw=json.dumps(
-        {"input_ids": [5, 6, 7, 8], "sampling_params": {"max_new_tokens": 4, "temperature": 0,
-                                                        "ignore_eos": True}}).encode(),
-        headers={"Content-Type": "text/plain"})
+    status, out = generator_service.call(
+        "POST",
+        "/generate",
+        raw=json.dumps(
+            {"input_ids": [5, 6, 7, 8], "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}
+        ).encode(),
+        headers={"Content-Type": "text/plain"},
+    )
     assert status == 200 and out["output_ids"] == generator_service.extra["good"]
-    status, body = generator_service.call("POST", "/generate", raw=b"input_ids=5",
-                                          headers={"Content-Type": "multipart/form-data; boundary=x"})
+    status, body = generator_service.call(
+        "POST", "/generate", raw=b"input_ids=5", headers={"Content-Type": "multipart/form-data; boundary=x"}
+    )
     assert status == 400 and "not JSON" in body["error"]["message"]
 
 

@@ -5,6 +5,7 @@ HTTP route and every Flight call refuses a request without it; weights load only
 configured folders; tokens reach no log, command line or written config; no service source
 unpickles or evaluates data.
 """
+
 from __future__ import annotations
 
 import ast
@@ -37,7 +38,7 @@ def _listen_addresses(port: int) -> set:
                 if int(p, 16) != port or state != "0A":  # 0A: LISTEN
                     continue
                 raw = bytes.fromhex(hexaddr)  # 32-bit words in host (little-endian) order
-                addr = ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))
+                addr = ipaddress.ip_address(b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)))
                 out.add(str(getattr(addr, "ipv4_mapped", None) or addr))
     return out
 
@@ -68,25 +69,34 @@ def test_a_public_bind_without_token_refuses_to_start(service, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AREAL_MEM_")}
     ready = tmp_path / "ready"
     argv = [a.replace("<tmp>", str(tmp_path)) for a in SERVE[service]]
-    r = subprocess.run([sys.executable, "-m", "areal_mem.cli", *argv, "--host", "0.0.0.0", "--port", "0",
-                        "--ready-file", str(ready)], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "areal_mem.cli", *argv, "--host", "0.0.0.0", "--port", "0", "--ready-file", str(ready)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0
-    for needle in (f"{service}: refusing to bind '0.0.0.0' without a shared token", token_env(service),
-                   "127.0.0.1"):
+    for needle in (f"{service}: refusing to bind '0.0.0.0' without a shared token", token_env(service), "127.0.0.1"):
         assert needle in r.stderr, (needle, r.stderr)
     assert "Traceback" not in r.stderr and not ready.exists()
     assert not (tmp_path / "run").exists()  # refused before it touched anything
 
 
-BAD_AUTH = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer "},
-            {"Authorization": "<token>"}, {"Authorization": "Basic <token>"},
-            {"Authorization": "Bearer <token>x"}, {"Authorization": "bearer <token>"},
-            {"X-Api-Key": "<token>"}]
+BAD_AUTH = [
+    {},
+    {"Authorization": "Bearer wrong"},
+    {"Authorization": "Bearer "},
+    {"Authorization": "<token>"},
+    {"Authorization": "Basic <token>"},
+    {"Authorization": "Bearer <token>x"},
+    {"Authorization": "bearer <token>"},
+    {"X-Api-Key": "<token>"},
+]
 
 
 @pytest.mark.parametrize("name", ["retriever", "generator"])
-def test_every_http_route_answers_401_without_the_token(name, routes, retriever_service,
-                                                        generator_service, checks):
+def test_every_http_route_answers_401_without_the_token(name, routes, retriever_service, generator_service, checks):
     svc = {"retriever": retriever_service, "generator": generator_service}[name]
     for method, path in sorted(routes[name]):
         body = None if method in ("GET", "HEAD") else b"{}"
@@ -119,15 +129,18 @@ def _flight_calls(client, token_headers):
 
     from areal_mem.buffer.service import ACTIONS
 
-    calls = {f"action {a}": (lambda a=a: list(client.do_action(flight.Action(a, b"{}"), opts)))
-             for a in ACTIONS}
-    calls.update({
-        "list_actions": lambda: list(client.list_actions(opts)), "do_put": put,
-        "do_get": lambda: client.do_get(flight.Ticket(b'{"n": 1, "request_id": "r"}'), opts).read_all(),
-        "list_flights": lambda: list(client.list_flights(b"", opts)),
-        "get_flight_info": lambda: client.get_flight_info(d, opts),
-        "get_schema": lambda: client.get_schema(d, opts), "do_exchange": exchange,
-    })
+    calls = {f"action {a}": (lambda a=a: list(client.do_action(flight.Action(a, b"{}"), opts))) for a in ACTIONS}
+    calls.update(
+        {
+            "list_actions": lambda: list(client.list_actions(opts)),
+            "do_put": put,
+            "do_get": lambda: client.do_get(flight.Ticket(b'{"n": 1, "request_id": "r"}'), opts).read_all(),
+            "list_flights": lambda: list(client.list_flights(b"", opts)),
+            "get_flight_info": lambda: client.get_flight_info(d, opts),
+            "get_schema": lambda: client.get_schema(d, opts),
+            "do_exchange": exchange,
+        }
+    )
     return calls
 
 
@@ -135,13 +148,19 @@ def test_every_flight_call_is_unauthenticated_without_the_token(buffer_service):
     token = buffer_service.token
     client = flight.FlightClient(buffer_service.url)
     try:
-        for bad in ([], [(b"authorization", b"Bearer wrong")], [(b"authorization", token.encode())],
-                    [(b"authorization", f"Bearer {token}x".encode())]):
+        for bad in (
+            [],
+            [(b"authorization", b"Bearer wrong")],
+            [(b"authorization", token.encode())],
+            [(b"authorization", f"Bearer {token}x".encode())],
+        ):
             for name, fn in _flight_calls(client, bad).items():
                 with pytest.raises((flight.FlightUnauthenticatedError, OSError)) as e:
                     fn()
-                assert "Unauthenticated" in str(e.value) or isinstance(e.value, flight.FlightUnauthenticatedError), \
-                    (name, e.value)
+                assert "Unauthenticated" in str(e.value) or isinstance(e.value, flight.FlightUnauthenticatedError), (
+                    name,
+                    e.value,
+                )
         good = _flight_calls(client, [(b"authorization", f"Bearer {token}".encode())])
         assert [a.type for a in good["list_actions"]()][:1] == ["acquire"]
         assert json.loads(good["action stats"]()[0].body.to_pybytes())["running"] == 0
@@ -151,8 +170,7 @@ def test_every_flight_call_is_unauthenticated_without_the_token(buffer_service):
         assert c.stats()["refused_invalid"] >= 0
 
 
-def test_update_weights_from_disk_loads_only_inside_the_configured_folders(
-        generator_service, tiny_model_dir, checks):
+def test_update_weights_from_disk_loads_only_inside_the_configured_folders(generator_service, tiny_model_dir, checks):
     svc, allowed = generator_service, generator_service.extra["allowed"]
     sibling = allowed + "-evil"  # a prefix match of the folder name must not pass
     if not os.path.exists(sibling):
@@ -160,13 +178,20 @@ def test_update_weights_from_disk_loads_only_inside_the_configured_folders(
 
         shutil.copytree(tiny_model_dir, sibling)
         os.symlink(tiny_model_dir, os.path.join(allowed, "link-out"))
-    for path in (tiny_model_dir, sibling, os.path.join(allowed, "link-out"),
-                 os.path.join(allowed, "copy", "..", "..", os.path.basename(sibling)), "/etc", "."):
+    for path in (
+        tiny_model_dir,
+        sibling,
+        os.path.join(allowed, "link-out"),
+        os.path.join(allowed, "copy", "..", "..", os.path.basename(sibling)),
+        "/etc",
+        ".",
+    ):
         status, out = svc.call("POST", "/update_weights_from_disk", {"model_path": path})
         assert status == 403 and out["success"] is False, (path, status, out)
         assert allowed in out["message"] and "weights_dirs" in out["message"], out
-    status, out = svc.call("POST", "/update_weights_from_disk",
-                           {"model_path": os.path.join(allowed, "x", "..", "copy")})
+    status, out = svc.call(
+        "POST", "/update_weights_from_disk", {"model_path": os.path.join(allowed, "x", "..", "copy")}
+    )
     assert status == 200 and out["success"] is True, out
     checks["generator"](svc)  # same weights as before: the copy of the served model
 
@@ -181,8 +206,7 @@ def test_default_weights_folders_cover_the_disk_publisher_and_restarts(tmp_path)
 
     cfg = load_config(overrides=[f"run_dir={tmp_path}/run", f"model.path={tmp_path}/model"])
     dirs = _weights_dirs(cfg, cfg.model.path)
-    publisher = make_publisher(LearnerConfig(publisher=PublisherKind.disk), SimpleNamespace(rank=1), None,
-                               cfg.run_dir)
+    publisher = make_publisher(LearnerConfig(publisher=PublisherKind.disk), SimpleNamespace(rank=1), None, cfg.run_dir)
     push = publisher.path(7)
     os.makedirs(push)
     open(os.path.join(push, "config.json"), "w").close()
@@ -198,17 +222,23 @@ def test_default_weights_folders_cover_the_disk_publisher_and_restarts(tmp_path)
     assert _weights_dirs(only, only.model.path) == [f"{tmp_path}/w"]
 
 
-def test_tokens_reach_no_log_command_line_or_written_config(retriever_service, generator_service,
-                                                            buffer_service, tmp_path):
+def test_tokens_reach_no_log_command_line_or_written_config(
+    retriever_service, generator_service, buffer_service, tmp_path
+):
     token = retriever_service.token
     for svc in (retriever_service, generator_service):
         for auth in ({"Authorization": f"Bearer {token}"}, {"Authorization": f"Bearer {token}-wrong"}, {}):
-            svc.call("POST", "/search" if svc is retriever_service else "/generate", raw=b"{bad",
-                     headers=auth, auth=False)
+            svc.call(
+                "POST", "/search" if svc is retriever_service else "/generate", raw=b"{bad", headers=auth, auth=False
+            )
     bad = flight.FlightClient(buffer_service.url)
     with pytest.raises(flight.FlightUnauthenticatedError):
-        list(bad.do_action(flight.Action("stats", b"{}"), flight.FlightCallOptions(
-            headers=[(b"authorization", f"Bearer {token}-wrong".encode())])))
+        list(
+            bad.do_action(
+                flight.Action("stats", b"{}"),
+                flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}-wrong".encode())]),
+            )
+        )
     bad.close()
     with buffer_service.client() as c:
         c.stats()
@@ -224,9 +254,24 @@ def test_tokens_reach_no_log_command_line_or_written_config(retriever_service, g
     cfg_file = tmp_path / "tokens.yaml"
     cfg_file.write_text("".join(f"{s}:\n  token: {token}\n" for s in SERVICES))
     env = {k: v for k, v in os.environ.items() if not k.startswith("AREAL_MEM_")}
-    r = subprocess.run([sys.executable, "-m", "areal_mem.cli", "config", "--config", str(cfg_file), "--save",
-                        f"run_dir={tmp_path}/run", "model.path=/m"], env=env, capture_output=True, text=True,
-                       timeout=120, cwd=ROOT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "areal_mem.cli",
+            "config",
+            "--config",
+            str(cfg_file),
+            "--save",
+            f"run_dir={tmp_path}/run",
+            "model.path=/m",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr
     assert token not in r.stdout + r.stderr and "token: ''" in r.stdout
     assert token not in (tmp_path / "run" / "config.yaml").read_text()
@@ -268,16 +313,23 @@ def _unsafe_calls(path: str):
             if not isinstance(f, ast.Attribute):
                 continue
             owner = f.value.id if isinstance(f.value, ast.Name) else ""
-            if owner == "torch" and f.attr == "load" and not (
-                    isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value is True):
+            if (
+                owner == "torch"
+                and f.attr == "load"
+                and not (isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value is True)
+            ):
                 yield node.lineno, "torch.load without weights_only=True"
             if owner == "yaml" and f.attr in ("load", "load_all", "unsafe_load", "full_load"):
                 loader = kw.get("Loader")
                 name = getattr(loader, "attr", getattr(loader, "id", ""))
                 if name not in ("SafeLoader", "CSafeLoader"):
                     yield node.lineno, f"yaml.{f.attr} without a safe loader"
-            if f.attr == "load" and owner in ("np", "numpy") and isinstance(kw.get("allow_pickle"), ast.Constant) \
-                    and kw["allow_pickle"].value:
+            if (
+                f.attr == "load"
+                and owner in ("np", "numpy")
+                and isinstance(kw.get("allow_pickle"), ast.Constant)
+                and kw["allow_pickle"].value
+            ):
                 yield node.lineno, "numpy.load(allow_pickle=True)"
             if f.attr in ("read_pickle", "register_extension_type", "PyExtensionType", "set_auto_load"):
                 yield node.lineno, f".{f.attr}()"
@@ -293,15 +345,18 @@ def test_no_service_unpickles_or_evaluates_data():
                 if name.endswith(".py"):
                     path = os.path.join(dirpath, name)
                     rel = os.path.relpath(path, ROOT)
-                    found += [f"{rel}:{line}: {what}" for line, what in _unsafe_calls(path)
-                              if f"{rel}:{line}" not in ALLOWED]
+                    found += [
+                        f"{rel}:{line}: {what}" for line, what in _unsafe_calls(path) if f"{rel}:{line}" not in ALLOWED
+                    ]
     assert not found, "unsafe deserialisation or evaluation:\n" + "\n".join(found)
 
 
 def test_the_source_check_finds_what_it_looks_for(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("import pickle\nimport torch, yaml\nx = eval('1')\ntorch.load('f')\n"
-                   "torch.load('f', weights_only=True)\nyaml.load(s)\nyaml.load(s, Loader=yaml.SafeLoader)\n")
+    bad.write_text(
+        "import pickle\nimport torch, yaml\nx = eval('1')\ntorch.load('f')\n"
+        "torch.load('f', weights_only=True)\nyaml.load(s)\nyaml.load(s, Loader=yaml.SafeLoader)\n"
+    )
     assert [line for line, _ in _unsafe_calls(str(bad))] == [1, 3, 4, 6]
 
 

@@ -1,4 +1,5 @@
 """Indexes of the synthetic world's corpus and real retrieval services on 127.0.0.1, built once."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """RetrieverClient against real aiohttp servers on 127.0.0.1: retries, failover, 4xx, rate limit."""
+
 import asyncio
 import time
 

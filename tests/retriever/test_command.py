@@ -1,4 +1,5 @@
 """`areal-mem retriever build|serve` through the real command line entry point."""
+
 import pytest
 
 from areal_mem.cli import main
@@ -7,8 +8,24 @@ from retriever.manifest import Manifest
 
 def test_build_bm25_from_the_command_line(corpus_path, tmp_path, capsys):
     out = str(tmp_path / "idx")
-    assert main(["retriever", "build", "--corpus", corpus_path, "--out", out, "--kind", "bm25", "--quiet",
-                 "retriever.bm25.k1=1.2", "retriever.chunk_size=100"]) == 0
+    assert (
+        main(
+            [
+                "retriever",
+                "build",
+                "--corpus",
+                corpus_path,
+                "--out",
+                out,
+                "--kind",
+                "bm25",
+                "--quiet",
+                "retriever.bm25.k1=1.2",
+                "retriever.chunk_size=100",
+            ]
+        )
+        == 0
+    )
     m = Manifest.load(out)
     assert m.kind == "bm25" and m.index["k1"] == 1.2
     assert f"built bm25 index of {m.count} passages" in capsys.readouterr().out
@@ -17,11 +34,17 @@ def test_build_bm25_from_the_command_line(corpus_path, tmp_path, capsys):
 def test_malformed_corpus_and_bad_config_are_reported(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "0", "contents": "x"}\n{"id": "1"}\n')
-    assert main(["retriever", "build", "--corpus", str(bad), "--out", str(tmp_path / "i"), "--kind", "bm25",
-                 "--quiet"]) == 2
+    assert (
+        main(["retriever", "build", "--corpus", str(bad), "--out", str(tmp_path / "i"), "--kind", "bm25", "--quiet"])
+        == 2
+    )
     assert f"{bad}:2: field 'contents'" in capsys.readouterr().err
-    assert main(["retriever", "build", "--corpus", str(bad), "--out", str(tmp_path / "i"),
-                 "retriever.max_batch_size=lots"]) == 2
+    assert (
+        main(
+            ["retriever", "build", "--corpus", str(bad), "--out", str(tmp_path / "i"), "retriever.max_batch_size=lots"]
+        )
+        == 2
+    )
     assert "retriever.max_batch_size" in capsys.readouterr().err
 
 

@@ -32,12 +32,15 @@ def test_checksum_changes_with_content(tmp_path):
     assert corpus_checksum(one)[0] != corpus_checksum(two)[0]
 
 
-@pytest.mark.parametrize("bad,needle", [
-    ('{"id": "1", "contents": "ok"', "not valid JSON"),
-    ('["a"]', "expected a JSON object"),
-    ('{"contents": "no id"}', "field 'id'"),
-    ('{"id": "2", "contents": 7}', "field 'contents'"),
-])
+@pytest.mark.parametrize(
+    "bad,needle",
+    [
+        ('{"id": "1", "contents": "ok"', "not valid JSON"),
+        ('["a"]', "expected a JSON object"),
+        ('{"contents": "no id"}', "field 'id'"),
+        ('{"id": "2", "contents": 7}', "field 'contents'"),
+    ],
+)
 def test_malformed_line_names_file_and_line(tmp_path, bad, needle):
     path = _write(tmp_path / "bad.jsonl", ['{"id": "0", "contents": "fine"}\n', "\n", bad + "\n"])
     with pytest.raises(CorpusError) as e:

@@ -1,4 +1,5 @@
 """Index building and loading: manifest contents, mismatch refusals, every faiss type, recall@5."""
+
 import os
 import shutil
 

@@ -1,4 +1,5 @@
 """The real service in a subprocess on 127.0.0.1: both API families, 4xx handling, micro-batching."""
+
 import asyncio
 import json
 import urllib.error
@@ -32,7 +33,9 @@ def test_memsearcher_shapes(server, request, title_queries):
     status, out = post(url + "/search", {"query": q})  # the released server's default top_n is 10
     assert status == 200 and len(out) == 10
     status, (docs_s, scores) = post(url + "/search", {"query": q, "top_n": 4, "return_score": True})
-    assert status == 200 and [d["id"] for d in docs_s] == [d["id"] for d in post(url + "/search", {"query": q, "top_n": 4})[1]]
+    assert status == 200 and [d["id"] for d in docs_s] == [
+        d["id"] for d in post(url + "/search", {"query": q, "top_n": 4})[1]
+    ]
     assert len(scores) == 4 and all(isinstance(s, float) for s in scores) and scores == sorted(scores, reverse=True)
     status, batch = post(url + "/batch_search", {"query": [q, q2], "top_n": 3})
     assert status == 200 and len(batch) == 2
@@ -58,27 +61,30 @@ def test_search_r1_shapes(server, request, title_queries):
         assert [h["document"] for h in r] == docs and r[0]["score"] >= r[1]["score"] >= r[2]["score"]
 
 
-@pytest.mark.parametrize("route,body,status,field", [
-    ("/search", b"{not json", 400, "body"),
-    ("/search", b"[1, 2]", 400, ""),
-    ("/search", {"query": ""}, 400, "query"),
-    ("/search", {"query": "   "}, 400, "query"),
-    ("/search", {"query": 5}, 400, "query"),
-    ("/search", {"top_n": 3}, 400, "query"),
-    ("/search", {"query": "x", "top_n": 0}, 400, "top_n"),
-    ("/search", {"query": "x", "top_n": 101}, 400, "top_n"),
-    ("/search", {"query": "x", "top_n": "5"}, 400, "top_n"),
-    ("/search", {"query": "x", "top_n": True}, 400, "top_n"),
-    ("/search", {"query": "x", "return_score": "yes"}, 400, "return_score"),
-    ("/search", {"query": "x", "topn": 3}, 400, "topn"),
-    ("/batch_search", {"query": "x"}, 400, "query"),
-    ("/batch_search", {"query": []}, 400, "query"),
-    ("/batch_search", {"query": ["ok", ""]}, 400, "query[1]"),
-    ("/retrieve", {"queries": ["ok"], "topk": 500}, 400, "topk"),
-    ("/retrieve", {"queries": ["ok", 3]}, 400, "queries[1]"),
-    ("/retrieve", {"query": ["ok"]}, 400, "query"),
-    ("/search", json.dumps({"query": "x" * (1 << 20)}).encode(), 413, "body"),
-])
+@pytest.mark.parametrize(
+    "route,body,status,field",
+    [
+        ("/search", b"{not json", 400, "body"),
+        ("/search", b"[1, 2]", 400, ""),
+        ("/search", {"query": ""}, 400, "query"),
+        ("/search", {"query": "   "}, 400, "query"),
+        ("/search", {"query": 5}, 400, "query"),
+        ("/search", {"top_n": 3}, 400, "query"),
+        ("/search", {"query": "x", "top_n": 0}, 400, "top_n"),
+        ("/search", {"query": "x", "top_n": 101}, 400, "top_n"),
+        ("/search", {"query": "x", "top_n": "5"}, 400, "top_n"),
+        ("/search", {"query": "x", "top_n": True}, 400, "top_n"),
+        ("/search", {"query": "x", "return_score": "yes"}, 400, "return_score"),
+        ("/search", {"query": "x", "topn": 3}, 400, "topn"),
+        ("/batch_search", {"query": "x"}, 400, "query"),
+        ("/batch_search", {"query": []}, 400, "query"),
+        ("/batch_search", {"query": ["ok", ""]}, 400, "query[1]"),
+        ("/retrieve", {"queries": ["ok"], "topk": 500}, 400, "topk"),
+        ("/retrieve", {"queries": ["ok", 3]}, 400, "queries[1]"),
+        ("/retrieve", {"query": ["ok"]}, 400, "query"),
+        ("/search", json.dumps({"query": "x" * (1 << 20)}).encode(), 413, "body"),
+    ],
+)
 def test_bad_input_gets_4xx_naming_the_field_and_the_server_stays_up(bm25_server, route, body, status, field):
     raw = isinstance(body, bytes)
     got, out = post(bm25_server.url + route, body, raw=raw)
@@ -89,8 +95,7 @@ def test_bad_input_gets_4xx_naming_the_field_and_the_server_stays_up(bm25_server
 
 def test_unknown_routes_and_methods_answer_json_errors(bm25_server):
     """aiohttp's own 404 and 405 come in the service's error shape, not as text."""
-    assert post(bm25_server.url + "/serach", {"query": "x"}) == (
-        404, {"error": "POST /serach: Not Found", "field": ""})
+    assert post(bm25_server.url + "/serach", {"query": "x"}) == (404, {"error": "POST /serach: Not Found", "field": ""})
     got, out = post(bm25_server.url + "/health", {})
     assert got == 405 and out == {"error": "POST /health: Method Not Allowed (allowed: GET,HEAD)", "field": ""}
     assert bm25_server.health()["status"] == "ok"
@@ -99,15 +104,19 @@ def test_unknown_routes_and_methods_answer_json_errors(bm25_server):
 def test_micro_batched_answers_equal_one_at_a_time_answers(dense_server, title_queries):
     """Sequential requests run as batches of one; 48 concurrent ones share a few batches."""
     queries = [q for q, _ in title_queries[:48]]
-    alone = [post(dense_server.url + "/search", {"query": q, "top_n": 5, "return_score": True})[1]
-             for q in queries]
+    alone = [post(dense_server.url + "/search", {"query": q, "top_n": 5, "return_score": True})[1] for q in queries]
     before = dense_server.health()
 
     async def burst():
         loop = asyncio.get_running_loop()
-        return await asyncio.gather(*(loop.run_in_executor(
-            None, post, dense_server.url + "/search", {"query": q, "top_n": 5, "return_score": True})
-            for q in queries))
+        return await asyncio.gather(
+            *(
+                loop.run_in_executor(
+                    None, post, dense_server.url + "/search", {"query": q, "top_n": 5, "return_score": True}
+                )
+                for q in queries
+            )
+        )
 
     together = [out for _, out in asyncio.run(burst())]
     after = dense_server.health()
@@ -130,8 +139,9 @@ def test_token_is_required_when_set_and_a_public_bind_needs_one(bm25_dir):
     with start_retriever(bm25_dir, token="s3cret") as handle:
         status, out = post(handle.url + "/search", {"query": "city"})
         assert status == 401 and "token" in out["error"]
-        status, out = post(handle.url + "/search", {"query": "city", "top_n": 1},
-                           headers={"Authorization": "Bearer s3cret"})
+        status, out = post(
+            handle.url + "/search", {"query": "city", "top_n": 1}, headers={"Authorization": "Bearer s3cret"}
+        )
         assert status == 200 and len(out) == 1
     with pytest.raises(RuntimeError, match="refusing to bind '0.0.0.0' without a shared token"):
         start_retriever(bm25_dir, host="0.0.0.0")

@@ -1,4 +1,5 @@
 """Fixtures for the workflow tests: the tiny model's tokenizer, a scripted policy, a small retriever."""
+
 from __future__ import annotations
 
 import asyncio
@@ -33,10 +34,14 @@ class ScriptedGenerator:
     def forget(self, sticky_key: str) -> None:
         self.forgotten.append(sticky_key)
 
-    async def generate(self, input_ids: List[int], sampling: SamplingParams, rid: Optional[str] = None,
-                       sticky_key: Optional[str] = None) -> GenerationResult:
-        self.calls.append({"input_ids": list(input_ids), "sampling": sampling, "rid": rid,
-                           "sticky_key": sticky_key})
+    async def generate(
+        self,
+        input_ids: List[int],
+        sampling: SamplingParams,
+        rid: Optional[str] = None,
+        sticky_key: Optional[str] = None,
+    ) -> GenerationResult:
+        self.calls.append({"input_ids": list(input_ids), "sampling": sampling, "rid": rid, "sticky_key": sticky_key})
         reply = self.replies.pop(0)
         text, finish = (reply, "stop") if isinstance(reply, str) else reply
         ids = self.tok.encode(text, add_special_tokens=False)
@@ -44,9 +49,13 @@ class ScriptedGenerator:
             ids = ids + [self.im_end]
         ids = ids[: sampling.max_new_tokens]
         n0 = len(self.results) * 100
-        result = GenerationResult(output_ids=ids, logprobs=[-(n0 + i + 1) / 1000 for i in range(len(ids))],
-                                  versions=[self.version] * len(ids), finish_reason=finish,
-                                  prompt_tokens=len(input_ids))
+        result = GenerationResult(
+            output_ids=ids,
+            logprobs=[-(n0 + i + 1) / 1000 for i in range(len(ids))],
+            versions=[self.version] * len(ids),
+            finish_reason=finish,
+            prompt_tokens=len(input_ids),
+        )
         self.results.append(result)
         return result
 
@@ -64,8 +73,11 @@ class DictRetriever:
             await asyncio.sleep(self.delay_s)
         if self.fail:
             raise self.fail
-        hits = [{"id": str(i), "contents": f'"{title}"\n{text}'}
-                for i, (title, text) in enumerate(self.docs.items()) if title.lower() in query.lower()]
+        hits = [
+            {"id": str(i), "contents": f'"{title}"\n{text}'}
+            for i, (title, text) in enumerate(self.docs.items())
+            if title.lower() in query.lower()
+        ]
         return hits[:top_n]
 
 
@@ -76,8 +88,12 @@ def scripted(tokenizer):
 
 @pytest.fixture
 def retriever():
-    return DictRetriever({"The Crimson Mirror": "The Crimson Mirror is a novel that appeared in 1849.",
-                          "Noncis Krubra": "Noncis Krubra was born in Trequek."})
+    return DictRetriever(
+        {
+            "The Crimson Mirror": "The Crimson Mirror is a novel that appeared in 1849.",
+            "Noncis Krubra": "Noncis Krubra was born in Trequek.",
+        }
+    )
 
 
 @pytest.fixture
@@ -93,10 +109,16 @@ def make_ctx(tokenizer, retriever):
 
     def make(generator, backend=None, prompt_template: str = "", tool_timeout_s: float = 5.0, **limits):
         tool = WikipediaSearchTool(backend or retriever, default_top_n=5, max_top_n=20)
-        return WorkflowContext(generator=generator, tokenizer=tokenizer, tools={tool.name: tool},
-                               reward=AnswerReward(), sampling=SamplingParams(temperature=1.0, top_p=0.99),
-                               limits=Limits(**limits), prompt_template=prompt_template,
-                               tool_timeout_s=tool_timeout_s)
+        return WorkflowContext(
+            generator=generator,
+            tokenizer=tokenizer,
+            tools={tool.name: tool},
+            reward=AnswerReward(),
+            sampling=SamplingParams(temperature=1.0, top_p=0.99),
+            limits=Limits(**limits),
+            prompt_template=prompt_template,
+            tool_timeout_s=tool_timeout_s,
+        )
 
     return make
 

@@ -1,4 +1,5 @@
 """Question files: FlashRAG jsonl and Search-R1 parquet, the converter, and errors naming file and line."""
+
 from __future__ import annotations
 
 import json
@@ -20,12 +21,15 @@ def test_flashrag_reads_world_split(world_dir):
     assert tasks[0].metadata["supporting_ids"] == first["supporting_ids"]
 
 
-@pytest.mark.parametrize("line,message", [
-    ('{"id": 1, "question": "q"', "not valid JSON"),
-    ('{"id": 1, "golden_answers": ["a"]}', "'question' must be a non-empty string"),
-    ('{"id": 1, "question": "q", "golden_answers": []}', "'golden_answers' must be a non-empty list"),
-    ('[1, 2]', "expected a JSON object, got list"),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ('{"id": 1, "question": "q"', "not valid JSON"),
+        ('{"id": 1, "golden_answers": ["a"]}', "'question' must be a non-empty string"),
+        ('{"id": 1, "question": "q", "golden_answers": []}', "'golden_answers' must be a non-empty list"),
+        ("[1, 2]", "expected a JSON object, got list"),
+    ],
+)
 def test_flashrag_errors_name_file_and_line(tmp_path, line, message):
     path = tmp_path / "qa.jsonl"
     path.write_text('{"id": "0", "question": "ok?", "golden_answers": "yes"}\n\n' + line + "\n")
@@ -45,15 +49,24 @@ def test_searchr1_parquet_round_trip_and_cli(tmp_path, capsys):
     assert table[0]["data_source"] == "nq"
     assert main(["data", "convert", str(tmp_path / "out.parquet"), str(tmp_path / "back.jsonl")]) == 0
     back = read_tasks(str(tmp_path / "back.jsonl"))
-    assert [(t.id, t.question, t.golden_answers) for t in back] == [(t.id, t.question, t.golden_answers)
-                                                                  for t in tasks]
+    assert [(t.id, t.question, t.golden_answers) for t in back] == [(t.id, t.question, t.golden_answers) for t in tasks]
 
 
 def test_searchr1_reads_ground_truth_target_and_reports_row(tmp_path, capsys):
-    rows = [{"question": "q1", "data_source": "hotpotqa", "extra_info": {"index": 7, "split": "train"},
-             "reward_model": {"style": "rule", "ground_truth": {"target": ["x"]}}},
-            {"question": "", "data_source": "nq", "extra_info": {"index": 8, "split": "train"},
-             "reward_model": {"style": "rule", "ground_truth": {"target": ["y"]}}}]
+    rows = [
+        {
+            "question": "q1",
+            "data_source": "hotpotqa",
+            "extra_info": {"index": 7, "split": "train"},
+            "reward_model": {"style": "rule", "ground_truth": {"target": ["x"]}},
+        },
+        {
+            "question": "",
+            "data_source": "nq",
+            "extra_info": {"index": 8, "split": "train"},
+            "reward_model": {"style": "rule", "ground_truth": {"target": ["y"]}},
+        },
+    ]
     path = tmp_path / "sr1.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     with pytest.raises(DataError, match=rf"{path}: row 1: 'question' must be a non-empty string"):

@@ -1,4 +1,5 @@
 """`areal-mem eval` end to end: world + tiny model + embedded generator + retriever, both methods."""
+
 from __future__ import annotations
 
 import json
@@ -6,20 +7,43 @@ import os
 
 from areal_mem.cli import main
 
-FIELDS = {"method", "data", "questions", "em", "f1", "acc", "reward", "mean_turns", "mean_tool_calls",
-          "context_tokens_by_turn", "end_reasons"}
+FIELDS = {
+    "method",
+    "data",
+    "questions",
+    "em",
+    "f1",
+    "acc",
+    "reward",
+    "mean_turns",
+    "mean_tool_calls",
+    "context_tokens_by_turn",
+    "end_reasons",
+}
 
 
 def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, capsys):
-    common = ["--data", f"{world_dir}/dev.jsonl", "--limit", "20", "--quiet",
-              f"model.path={tiny_model_dir}", f"world.dir={world_dir}", f"run_dir={tmp_path}",
-              "retriever.kind=bm25", "rollout.max_new_tokens=48", "rollout.prompt_style=short",
-              "generator.device=cpu"]
+    common = [
+        "--data",
+        f"{world_dir}/dev.jsonl",
+        "--limit",
+        "20",
+        "--quiet",
+        f"model.path={tiny_model_dir}",
+        f"world.dir={world_dir}",
+        f"run_dir={tmp_path}",
+        "retriever.kind=bm25",
+        "rollout.max_new_tokens=48",
+        "rollout.prompt_style=short",
+        "generator.device=cpu",
+    ]
     # memsearcher: no servers configured, so eval builds an index and starts both itself
     assert main(["eval", "--method", "memsearcher"] + common) == 0
     # react: against an already running retriever
-    assert main(["eval", "--method", "react"] + common + [f"retriever.urls=[{retriever_url}]",
-                                                          "eval.save_responses=true"]) == 0
+    assert (
+        main(["eval", "--method", "react"] + common + [f"retriever.urls=[{retriever_url}]", "eval.save_responses=true"])
+        == 0
+    )
     assert os.path.exists(tmp_path / "index" / "manifest.json")
     for method in ("memsearcher", "react"):
         out = tmp_path / "eval" / method

@@ -1,22 +1,27 @@
 """MemSearcher on scripted model outputs: the exact rows, masks, log-probs, versions and rewards."""
+
 from __future__ import annotations
 
 import asyncio
 
 from areal_mem.buffer.schema import group_to_table
 from areal_mem.trajectory import Group
-from rollout.workflows.memsearcher import MemSearcherWorkflow
 from rollout.workflows.base import run_episode, turn_lengths
+from rollout.workflows.memsearcher import MemSearcherWorkflow
 from rollout.workflows.tokens import packaged_prompt
 
 PROMPT = packaged_prompt("memsearcher.txt")
-SEARCH = ('I should look it up. </think>\n<tool_call>\n{"name": "wikipedia_search", "arguments": '
-          '{"query": "The Crimson Mirror"}}\n</tool_call>')
+SEARCH = (
+    'I should look it up. </think>\n<tool_call>\n{"name": "wikipedia_search", "arguments": '
+    '{"query": "The Crimson Mirror"}}\n</tool_call>'
+)
 CALL_RAW = '{"name": "wikipedia_search", "arguments": {"query": "The Crimson Mirror"}}'
 DOC = '"The Crimson Mirror"\nThe Crimson Mirror is a novel that appeared in 1849.'
-INSTRUCTION = ("Please read the tool response carefully and update the memory with new information that "
-               "helps to answer the question, while retaining all relevant details from the previous "
-               "memory. Return the updated memory within <memory> </memory> tags.")
+INSTRUCTION = (
+    "Please read the tool response carefully and update the memory with new information that "
+    "helps to answer the question, while retaining all relevant details from the previous "
+    "memory. Return the updated memory within <memory> </memory> tags."
+)
 MEMORY = "<memory> The Crimson Mirror appeared in 1849. </memory>"
 ANSWER = "The memory says 1849. </think> The answer is \\boxed{1849}."
 
@@ -40,8 +45,16 @@ def test_search_then_answer_rows_are_exact(tokenizer, scripted, make_ctx, task, 
     im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
     a1, m1, a2 = (r.output_ids for r in gen.results)
     assert a1[-1] == m1[-1] == a2[-1] == im_end
-    injected = enc(tokenizer, "\n<|im_start|>user\n<tool_response>" + CALL_RAW + "\n" + DOC
-                   + "\n</tool_response>\n" + INSTRUCTION + "<|im_end|>\n<|im_start|>assistant\n")
+    injected = enc(
+        tokenizer,
+        "\n<|im_start|>user\n<tool_response>"
+        + CALL_RAW
+        + "\n"
+        + DOC
+        + "\n</tool_response>\n"
+        + INSTRUCTION
+        + "<|im_end|>\n<|im_start|>assistant\n",
+    )
     p0 = enc(tokenizer, prompt(task.question))
     p1 = enc(tokenizer, prompt(task.question, "The Crimson Mirror appeared in 1849."))
 
@@ -103,8 +116,10 @@ def test_broken_tool_json_becomes_response_text(tokenizer, scripted, make_ctx, t
     traj = run(make_ctx(gen), task)
     assert retriever.queries == []
     seen = tokenizer.decode(gen.calls[1]["input_ids"], skip_special_tokens=False)
-    assert ("<tool_response>{'name': wikipedia_search}\nError: the tool call is not valid JSON "
-            "(Expecting property name enclosed in double quotes at char 1).\n</tool_response>\n") in seen
+    assert (
+        "<tool_response>{'name': wikipedia_search}\nError: the tool call is not valid JSON "
+        "(Expecting property name enclosed in double quotes at char 1).\n</tool_response>\n"
+    ) in seen
     assert len(traj.contexts) == 2 and traj.reward == 1.0
 
 
@@ -156,8 +171,9 @@ def test_prompt_template_is_configurable(tokenizer, scripted, make_ctx, task):
     template = "<|im_start|>user\nQ: {question}\nM: {memory}<|im_end|>\n<|im_start|>assistant\n"
     gen = scripted(["\\boxed{1849}"])
     traj = run(make_ctx(gen, prompt_template=template), task)
-    assert gen.calls[0]["input_ids"] == enc(tokenizer, template.replace("{question}", task.question)
-                                            .replace("{memory}", ""))
+    assert gen.calls[0]["input_ids"] == enc(
+        tokenizer, template.replace("{question}", task.question).replace("{memory}", "")
+    )
     assert traj.reward == 1.0  # no <think> prefix in this template: none needed in the answer
 
 

@@ -1,4 +1,5 @@
 """The scripted oracle: MemSearcher demonstrations through the real workflow, tool and retriever."""
+
 from __future__ import annotations
 
 import json
@@ -9,16 +10,25 @@ from rollout.oracle import read_context, split_documents, write_demonstrations
 
 
 def _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path):
-    return load_config([], [f"model.path={tiny_model_dir}", f"world.dir={world_dir}",
-                            f"run_dir={tmp_path}", f"retriever.urls=[{retriever_url}]",
-                            "rollout.prompt_style=short"])
+    return load_config(
+        [],
+        [
+            f"model.path={tiny_model_dir}",
+            f"world.dir={world_dir}",
+            f"run_dir={tmp_path}",
+            f"retriever.urls=[{retriever_url}]",
+            "rollout.prompt_style=short",
+        ],
+    )
 
 
 def test_read_context_and_documents():
-    text = ("<|im_start|>user\n<question> Who? </question>\n\n<memory> A: b. </memory><|im_end|>\n"
-            "<|im_start|>assistant\n<think> x </think><tool_call>{}</tool_call><|im_end|>\n<|im_start|>user\n"
-            '<tool_response>{}\n"T1"\nText one.\n"T2"\nText two.\n</tool_response>\nPlease ... within '
-            "<memory> </memory> tags.<|im_end|>\n<|im_start|>assistant\n")
+    text = (
+        "<|im_start|>user\n<question> Who? </question>\n\n<memory> A: b. </memory><|im_end|>\n"
+        "<|im_start|>assistant\n<think> x </think><tool_call>{}</tool_call><|im_end|>\n<|im_start|>user\n"
+        '<tool_response>{}\n"T1"\nText one.\n"T2"\nText two.\n</tool_response>\nPlease ... within '
+        "<memory> </memory> tags.<|im_end|>\n<|im_start|>assistant\n"
+    )
     view = read_context(text)
     assert (view.question, view.memory, view.phase) == ("Who?", "A: b.", "memory")
     assert split_documents(view.responses[0]) == {"T1": "Text one.", "T2": "Text two."}
@@ -27,8 +37,9 @@ def test_read_context_and_documents():
 
 def test_oracle_demonstrations_are_correct_sft_rows(world_dir, tiny_model_dir, retriever_url, tmp_path):
     out = str(tmp_path / "demos.jsonl")
-    stats = write_demonstrations(_cfg(world_dir, tiny_model_dir, retriever_url, tmp_path), out, limit=12,
-                                 mistake_rate=0.0, progress=False)
+    stats = write_demonstrations(
+        _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path), out, limit=12, mistake_rate=0.0, progress=False
+    )
     assert stats["questions"] == 12 and stats["em"] == 1.0 and stats["reward"] == 1.0
     rows = [json.loads(line) for line in open(out)]
     assert len(rows) == stats["rows"] > 12  # multi-hop questions take several contexts
@@ -44,8 +55,9 @@ def test_oracle_query_copies_the_question_tokens(world_dir, tiny_model_dir, retr
     from transformers import AutoTokenizer
 
     out = str(tmp_path / "demos.jsonl")
-    write_demonstrations(_cfg(world_dir, tiny_model_dir, retriever_url, tmp_path), out, limit=12,
-                         mistake_rate=0.0, progress=False)
+    write_demonstrations(
+        _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path), out, limit=12, mistake_rate=0.0, progress=False
+    )
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     first = [json.loads(line) for line in open(out) if json.loads(line)["turn"] == 0]
     for r in first:
@@ -55,11 +67,16 @@ def test_oracle_query_copies_the_question_tokens(world_dir, tiny_model_dir, retr
         q_ids = tok.encode(query)
         assert query.startswith(" ") and query.strip() in tok.decode(ids[:pl])
         response = ids[pl:]
-        assert any(response[i:i + len(q_ids)] == q_ids for i in range(len(response))), query
-        assert any(ids[i:i + len(q_ids)] == q_ids for i in range(pl)), query
+        assert any(response[i : i + len(q_ids)] == q_ids for i in range(len(response))), query
+        assert any(ids[i : i + len(q_ids)] == q_ids for i in range(pl)), query
 
 
 def test_oracle_mistakes(world_dir, tiny_model_dir, retriever_url, tmp_path):
-    stats = write_demonstrations(_cfg(world_dir, tiny_model_dir, retriever_url, tmp_path),
-                                 str(tmp_path / "bad.jsonl"), limit=12, mistake_rate=1.0, progress=False)
+    stats = write_demonstrations(
+        _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path),
+        str(tmp_path / "bad.jsonl"),
+        limit=12,
+        mistake_rate=1.0,
+        progress=False,
+    )
     assert stats["em"] < 0.5

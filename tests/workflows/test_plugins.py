@@ -1,4 +1,5 @@
 """The plugin registry: names, module:attribute paths, entry points, and the example environment."""
+
 from __future__ import annotations
 
 import asyncio
@@ -49,7 +50,8 @@ def test_entry_points_register_the_example(fresh_registry, tmp_path, monkeypatch
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: areal-mem-calculator-env\nVersion: 0.1.0\n")
     (dist / "entry_points.txt").write_text(
         "[areal_mem.workflows]\ncalculator = calculator_env:CalculatorWorkflow\n"
-        "tool.calculator = calculator_env:make_tool\nreward.calculator = calculator_env:make_reward\n")
+        "tool.calculator = calculator_env:make_tool\nreward.calculator = calculator_env:make_reward\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.syspath_prepend(EXAMPLE)
     import calculator_env
@@ -64,11 +66,13 @@ def test_example_env_loaded_by_config(fresh_registry, scripted, tokenizer, monke
     cfg = load_config([os.path.join(EXAMPLE, "config.yaml")], ["model.path=unused"])
     workflow = build_workflow(cfg.rollout.workflow)
     tasks = read_tasks(os.path.join(EXAMPLE, "tasks.jsonl"))
-    gen = scripted([
-        '<tool_call>{"name": "calculator", "arguments": {"expression": "4 * 17 * 23"}}</tool_call>',
-        '<tool_call>{"name": "calculator", "arguments": {"expression": "__import__(\'os\')"}}</tool_call>',
-        "So \\boxed{1564}",
-    ])
+    gen = scripted(
+        [
+            '<tool_call>{"name": "calculator", "arguments": {"expression": "4 * 17 * 23"}}</tool_call>',
+            '<tool_call>{"name": "calculator", "arguments": {"expression": "__import__(\'os\')"}}</tool_call>',
+            "So \\boxed{1564}",
+        ]
+    )
     ctx = build_context(cfg.rollout, workflow, gen, tokenizer, retriever=None)
     assert set(ctx.tools) == {"calculator"} and ctx.tools["calculator"].precision == 4
     traj = asyncio.run(workflow.run(tasks[0], ctx, "c0"))

@@ -1,14 +1,17 @@
 """ReAct on scripted outputs: one growing context holding the whole history."""
+
 from __future__ import annotations
 
 import asyncio
 
-from rollout.workflows.react import ReActWorkflow
 from rollout.workflows.base import turn_lengths
+from rollout.workflows.react import ReActWorkflow
 from rollout.workflows.tokens import packaged_prompt
 
-SEARCH = ('Look it up. </think>\n<tool_call>\n{"name": "wikipedia_search", "arguments": '
-          '{"query": "The Crimson Mirror", "top_n": 50}}\n</tool_call>')
+SEARCH = (
+    'Look it up. </think>\n<tool_call>\n{"name": "wikipedia_search", "arguments": '
+    '{"query": "The Crimson Mirror", "top_n": 50}}\n</tool_call>'
+)
 CALL_RAW = '{"name": "wikipedia_search", "arguments": {"query": "The Crimson Mirror", "top_n": 50}}'
 DOC = '"The Crimson Mirror"\nThe Crimson Mirror is a novel that appeared in 1849.'
 ANSWER = "Found it. </think> \\boxed{1849}"
@@ -20,8 +23,13 @@ def test_react_search_then_answer(tokenizer, scripted, make_ctx, task, retriever
     enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
     p = enc(packaged_prompt("react.txt").replace("{question}", task.question))
     a1, a2 = (r.output_ids for r in gen.results)
-    injected = enc("\n<|im_start|>user\n<tool_response>" + CALL_RAW + "\n" + DOC
-                   + "\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\n<think>")
+    injected = enc(
+        "\n<|im_start|>user\n<tool_response>"
+        + CALL_RAW
+        + "\n"
+        + DOC
+        + "\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\n<think>"
+    )
     (c,) = traj.contexts
     assert retriever.queries == [("The Crimson Mirror", 20)]  # top_n capped at max_top_n
     assert c.input_ids == p + a1 + injected + a2 and c.prompt_len == len(p)

@@ -1,5 +1,6 @@
 """One scripted trajectory through the real GeneratorClient against a scripted server speaking
 SGLang's /generate, with both directions checked against SGLang's published schema."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,10 +12,12 @@ from rollout.generator.client import GeneratorClient
 from rollout.generator.sglang_schema import load_sglang_api_types
 from rollout.workflows.memsearcher import MemSearcherWorkflow
 
-REPLIES = ['I will search. </think>\n<tool_call>\n{"name": "wikipedia_search", "arguments": '
-           '{"query": "The Crimson Mirror"}}\n</tool_call>',
-           "<memory> The Crimson Mirror appeared in 1849. </memory>",
-           "</think> \\boxed{1849}"]
+REPLIES = [
+    'I will search. </think>\n<tool_call>\n{"name": "wikipedia_search", "arguments": '
+    '{"query": "The Crimson Mirror"}}\n</tool_call>',
+    "<memory> The Crimson Mirror appeared in 1849. </memory>",
+    "</think> \\boxed{1849}",
+]
 
 
 async def _episode(tokenizer, make_ctx, task, api):
@@ -31,12 +34,22 @@ async def _episode(tokenizer, make_ctx, task, api):
             return web.json_response({"error": {"message": str(e)}}, status=400)
         ids = replies[len(requests) - 1]
         logprobs = [[-0.5 - i / 100, t, None] for i, t in enumerate(ids)]
-        return web.json_response({
-            "text": tokenizer.decode(ids[:-1]), "output_ids": ids,
-            "meta_info": {"id": body["rid"], "finish_reason": {"type": "stop", "matched": im_end},
-                          "prompt_tokens": len(body["input_ids"]), "completion_tokens": len(ids),
-                          "cached_tokens": 0, "weight_version": "3", "e2e_latency": 0.01,
-                          "output_token_logprobs": logprobs}})
+        return web.json_response(
+            {
+                "text": tokenizer.decode(ids[:-1]),
+                "output_ids": ids,
+                "meta_info": {
+                    "id": body["rid"],
+                    "finish_reason": {"type": "stop", "matched": im_end},
+                    "prompt_tokens": len(body["input_ids"]),
+                    "completion_tokens": len(ids),
+                    "cached_tokens": 0,
+                    "weight_version": "3",
+                    "e2e_latency": 0.01,
+                    "output_token_logprobs": logprobs,
+                },
+            }
+        )
 
     app = web.Application()
     app.router.add_post("/generate", generate)
@@ -61,13 +74,18 @@ def test_trajectory_through_real_client(tokenizer, make_ctx):
     assert len(requests) == 3 and traj.reward == 1.0
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
-    assert requests[0]["sampling_params"] == {"max_new_tokens": 512, "temperature": 1.0, "top_p": 0.99,
-                                              "stop_token_ids": [im_end, im_start]}
+    assert requests[0]["sampling_params"] == {
+        "max_new_tokens": 512,
+        "temperature": 1.0,
+        "top_p": 0.99,
+        "stop_token_ids": [im_end, im_start],
+    }
     assert requests[0]["return_logprob"] is True
     c0, c1 = traj.contexts
     gen0 = [i for i, m in enumerate(c0.loss_mask) if m]
     assert [c0.input_ids[c0.prompt_len + i] for i in gen0] == replies[0] + replies[1]
-    assert [c0.behav_logp[i] for i in gen0] == [-0.5 - i / 100 for i in range(len(replies[0]))] + \
-        [-0.5 - i / 100 for i in range(len(replies[1]))]
+    assert [c0.behav_logp[i] for i in gen0] == [-0.5 - i / 100 for i in range(len(replies[0]))] + [
+        -0.5 - i / 100 for i in range(len(replies[1]))
+    ]
     assert {c0.versions[i] for i in gen0} == {3} and c1.versions == [3] * len(replies[2])
     assert requests[1]["input_ids"] == c0.input_ids[: c0.prompt_len + c0.loss_mask.index(1, len(replies[0]))]

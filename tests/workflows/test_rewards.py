@@ -1,11 +1,19 @@
 """EM / F1 / accuracy with SQuAD normalisation, the boxed answer and MemSearcher's reward."""
+
 from __future__ import annotations
 
 import pytest
 
 from areal_mem.data.task import Task
-from rollout.rewards import (AnswerReward, exact_match, extract_boxed, f1_score, format_error,
-                             normalize_answer, substring_match)
+from rollout.rewards import (
+    AnswerReward,
+    exact_match,
+    extract_boxed,
+    f1_score,
+    format_error,
+    normalize_answer,
+    substring_match,
+)
 
 CASES = [
     # prediction, golden, em, f1, acc
@@ -35,12 +43,15 @@ def test_normalize():
     assert normalize_answer("A theatre") == "theatre"
 
 
-@pytest.mark.parametrize("text,answer", [
-    ("x \\boxed{a} y \\boxed{b}", "b"),
-    ("\\boxed{ \\text{New {York}} }", "\\text{New {York}}"),
-    ("\\boxed{a} then \\boxed{unclosed", "a"),
-    ("no box", None),
-])
+@pytest.mark.parametrize(
+    "text,answer",
+    [
+        ("x \\boxed{a} y \\boxed{b}", "b"),
+        ("\\boxed{ \\text{New {York}} }", "\\text{New {York}}"),
+        ("\\boxed{a} then \\boxed{unclosed", "a"),
+        ("no box", None),
+    ],
+)
 def test_extract_boxed(text, answer):
     assert extract_boxed(text) == answer
 
@@ -48,15 +59,21 @@ def test_extract_boxed(text, answer):
 TASK = Task("q", "?", ["New York"])
 
 
-@pytest.mark.parametrize("message,reward,error", [
-    ("<think> r </think> \\boxed{New York City}<|im_end|>", 0.8, None),
-    ("<think> r </think> \\boxed{Boston}<|im_end|>", 0.1, None),
-    ("<think> r </think> \\boxed{New York}", 0.0, "does not end with <|im_end|>"),
-    ("<think> r \\boxed{New York}<|im_end|>", 0.0, "unbalanced <think> tags"),
-    ("<think> r </think> <tool_call>{}</tool_call> \\boxed{New York}<|im_end|>", 0.0,
-     "a tool call lacks name or arguments"),
-    ("<think> r </think> New York<|im_end|>", 0.0, "no \\boxed{} answer"),
-])
+@pytest.mark.parametrize(
+    "message,reward,error",
+    [
+        ("<think> r </think> \\boxed{New York City}<|im_end|>", 0.8, None),
+        ("<think> r </think> \\boxed{Boston}<|im_end|>", 0.1, None),
+        ("<think> r </think> \\boxed{New York}", 0.0, "does not end with <|im_end|>"),
+        ("<think> r \\boxed{New York}<|im_end|>", 0.0, "unbalanced <think> tags"),
+        (
+            "<think> r </think> <tool_call>{}</tool_call> \\boxed{New York}<|im_end|>",
+            0.0,
+            "a tool call lacks name or arguments",
+        ),
+        ("<think> r </think> New York<|im_end|>", 0.0, "no \\boxed{} answer"),
+    ],
+)
 def test_memsearcher_reward(message, reward, error):
     assert format_error(message) == error
     assert AnswerReward()(message, TASK) == pytest.approx(reward)

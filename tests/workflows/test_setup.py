@@ -1,4 +1,5 @@
 """Building a workflow's context from config: prompt choice, sampling, limits, errors."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Tool-call parsing and the search tool: every failure becomes response text."""
+
 from __future__ import annotations
 
 import asyncio
@@ -7,15 +8,16 @@ import json
 import aiohttp
 
 from areal_mem.net import free_port
-
 from rollout.tools.calls import find_tool_calls, tags_balanced
 from rollout.tools.execute import execute_calls
 from rollout.tools.wikipedia_search import WikipediaSearchTool
 
 
 def test_parse_blocks_in_order():
-    text = ('<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call> and '
-            '<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>')
+    text = (
+        '<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call> and '
+        '<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>'
+    )
     calls = find_tool_calls(text)
     assert [(c.name, c.arguments, c.error) for c in calls] == [("a", {"x": 1}, None), ("b", {}, None)]
 
@@ -48,14 +50,18 @@ def _run(tool, *argument_sets, timeout_s=5.0):
 
 def test_search_tool_formats_and_errors(retriever):
     tool = WikipediaSearchTool(retriever, separator="\\n")
-    out = _run(tool,
-               '{"name": "wikipedia_search", "arguments": {"query": "Noncis Krubra and The Crimson Mirror"}}',
-               '{"name": "wikipedia_search", "arguments": {"query": "  "}}',
-               '{"name": "wikipedia_search", "arguments": {"query": "x", "top_n": "3"}}',
-               '{"name": "wikipedia_search", "arguments": {"query": "nothing here"}}',
-               '{"name": "calculator", "arguments": {}}')
-    assert out[0] == ('"The Crimson Mirror"\nThe Crimson Mirror is a novel that appeared in 1849.\\n'
-                      '"Noncis Krubra"\nNoncis Krubra was born in Trequek.')
+    out = _run(
+        tool,
+        '{"name": "wikipedia_search", "arguments": {"query": "Noncis Krubra and The Crimson Mirror"}}',
+        '{"name": "wikipedia_search", "arguments": {"query": "  "}}',
+        '{"name": "wikipedia_search", "arguments": {"query": "x", "top_n": "3"}}',
+        '{"name": "wikipedia_search", "arguments": {"query": "nothing here"}}',
+        '{"name": "calculator", "arguments": {}}',
+    )
+    assert out[0] == (
+        '"The Crimson Mirror"\nThe Crimson Mirror is a novel that appeared in 1849.\\n'
+        '"Noncis Krubra"\nNoncis Krubra was born in Trequek.'
+    )
     assert out[1] == 'Error: "query" must be a non-empty string.'
     assert out[2] == 'Error: "top_n" must be a positive integer.'
     assert out[3] == "No results."
@@ -66,10 +72,12 @@ def test_backend_http_error_and_timeout(retriever):
     call = '{"name": "wikipedia_search", "arguments": {"query": "The Crimson Mirror"}}'
     retriever.fail = aiohttp.ClientConnectionError("refused")
     assert _run(WikipediaSearchTool(retriever), call) == [
-        "Error: the wikipedia_search call failed (ClientConnectionError)."]
+        "Error: the wikipedia_search call failed (ClientConnectionError)."
+    ]
     retriever.fail, retriever.delay_s = None, 1.0
     assert _run(WikipediaSearchTool(retriever), call, timeout_s=0.05) == [
-        "Error: the wikipedia_search call timed out after 0.05 s."]
+        "Error: the wikipedia_search call timed out after 0.05 s."
+    ]
 
 
 def test_search_tool_over_real_retriever(retriever_url, world_dir):
