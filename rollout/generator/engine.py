@@ -231,16 +231,16 @@ class Engine:
                     room = self.max_batch_size - len(self._rows)
                     joiners = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
                 t0 = time.monotonic()
+                t1 = t2 = t0
                 try:
                     with torch.no_grad():
                         if joiners:
                             self._prefill(joiners)
-                        t1 = time.monotonic()
-                        self.prefill_s += t1 - t0
+                        t1 = t2 = time.monotonic()
                         if self._rows:
                             self.decode_rows += len(self._rows)
                             self._decode()
-                            self.decode_s += time.monotonic() - t1
+                            t2 = time.monotonic()
                     self.steps += 1
                 except Exception as e:  # keep serving: fail this step's requests, not the server
                     log.exception("engine step failed")
@@ -252,7 +252,10 @@ class Engine:
                             r.error = error
                             r.complete({"type": "abort", "message": error})
                 finally:
+                    # busy first: stats() read from another thread never sees prefill + decode > busy
                     self.busy_s += time.monotonic() - t0
+                    self.prefill_s += t1 - t0
+                    self.decode_s += t2 - t1
 
     def _forward(self, ids, mask, pos, cache):
         out = self.model(
