@@ -39,10 +39,10 @@ setup(
     description="Fully asynchronous RL for search agents with a compact, rewritten memory",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     packages=find_packages(include=["areal_mem*", "rollout*", "learner*", "retriever*"]),
-    package_data={"areal_mem": ["prompts/*.txt"]},
+    package_data={"rollout": ["prompts/*.txt"]},
     install_requires=CORE,
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["areal-mem=areal_mem.cli:main"]},
+    entry_points={"console_scripts": ["areal-mem=areal_mem.app.cli:main"]},
 )

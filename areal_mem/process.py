@@ -11,10 +11,22 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
+
+# How every child runs areal-mem: the installed command line, with the working directory kept off
+# sys.path (-P; PYTHONSAFEPATH=1 in the environment for what the child starts in turn, e.g.
+# torchrun's ranks), so a `rollout.py` or `learner/` in the folder where a user starts a run never
+# replaces the installed package in a child.
+CLI = (sys.executable, "-P", "-m", "areal_mem.app.cli")
+
+
+def cli_command(*args: str) -> List[str]:
+    """The argv of one `areal-mem ARGS...` child process."""
+    return [*CLI, *args]
 
 
 @dataclass
@@ -29,7 +41,7 @@ class ChildProcess:
 
     def start(self) -> ChildProcess:
         os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1", **self.env)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.cmd,

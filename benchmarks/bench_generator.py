@@ -31,18 +31,18 @@ from typing import List, Tuple
 import torch
 from tqdm import tqdm
 
+from areal_mem.generation import SamplingParams
 from areal_mem.net import free_port
 from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets
 from rollout.generator.client import GeneratorClient
 from rollout.generator.launch import start_embedded_generator
-from rollout.generator.types import SamplingParams
 
 BUCKET_BYTES = 512 << 20
 
 
 def build_tiny(root: str) -> str:
-    from areal_mem.tiny_model import init_model
-    from areal_mem.world import build_world
+    from areal_mem.app.tiny_model import init_model
+    from areal_mem.app.world import build_world
 
     build_world(os.path.join(root, "world"), seed=0, passages=600, questions=600)
     return init_model(os.path.join(root, "world"), os.path.join(root, "tiny"), seed=0)

@@ -27,9 +27,9 @@ from tqdm import tqdm
 
 
 def build_model(out: str, hidden: int, layers: int) -> str:
+    from areal_mem.app.tiny_model import init_model
+    from areal_mem.app.world import build_world
     from areal_mem.config.model import TinyModelConfig
-    from areal_mem.tiny_model import init_model
-    from areal_mem.world import build_world
 
     world = os.path.join(out, "world")
     build_world(world, seed=0, passages=300, questions=100)

@@ -24,8 +24,8 @@ from typing import Dict, List
 import aiohttp
 import numpy as np
 
+from areal_mem.app.world import build_world
 from areal_mem.config.retriever import Dtype, RetrieverConfig
-from areal_mem.world import build_world
 from retriever.build import build_index
 from retriever.encoder import set_threads
 from retriever.index import load_index

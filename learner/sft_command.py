@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from areal_mem.commands.config_args import add_config_arguments, config_from_args
+from areal_mem.config.arguments import add_config_arguments, config_from_args
 
 HELP = "supervised fine-tuning on context rows (loss on masked-in tokens); warm-starts tiny models"
 

@@ -11,8 +11,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from areal_mem.commands.config_args import add_config_arguments
 from areal_mem.config import RunConfig, load_config
+from areal_mem.config.arguments import add_config_arguments
 from areal_mem.config.model import ModelConfig
 
 HELP = "build a dense (faiss) or BM25 index of a corpus, or serve one over HTTP"

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import urllib.request
 from typing import Optional, Sequence
 
-from areal_mem.process import ChildProcess, ready_file_path, wait_ready, wait_until
+from areal_mem.process import ChildProcess, cli_command, ready_file_path, wait_ready, wait_until
 from areal_mem.security import auth_headers
 
 from .command import TOKEN_ENV
@@ -57,10 +56,7 @@ def start_retriever(
     `overrides` are `retriever.key=value` config overrides (e.g. `retriever.max_batch_size=1`).
     """
     ready = ready_file_path("retriever")
-    cmd = [
-        sys.executable,
-        "-m",
-        "areal_mem.cli",
+    cmd = cli_command(
         "retriever",
         "serve",
         "--index",
@@ -71,7 +67,7 @@ def start_retriever(
         str(port),
         "--ready-file",
         ready,
-    ]
+    )
     for f in config_files:
         cmd += ["--config", f]
     log_path = log_path or os.path.join(tempfile.mkdtemp(prefix="retriever-"), "serve.log")

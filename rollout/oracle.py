@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from areal_mem.data.task import Task
-from rollout.generator.types import GenerationResult, SamplingParams
+from areal_mem.generation import GenerationResult, SamplingParams
 from rollout.workflows.tokens import ASSISTANT_HEADER, IM_START, decode, encode
 
 _QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL)
@@ -204,47 +204,3 @@ async def demonstrations(
         "em": sum(t.info["em"] for t in trajs) / max(1, len(trajs)),
         "reward": sum(t.reward for t in trajs) / max(1, len(trajs)),
     }
-
-
-def write_demonstrations(
-    cfg,
-    out_path: str,
-    split: str = "train",
-    limit: int = 0,
-    mistake_rate: float = 0.1,
-    seed: int = 0,
-    concurrency: int = 16,
-    progress: bool = True,
-) -> Dict[str, float]:
-    """Oracle demonstrations for the world's `split` with the rollout config's workflow settings."""
-    import asyncio
-    import os
-
-    from transformers import AutoTokenizer
-
-    from areal_mem.data import read_tasks
-    from areal_mem.evaluation.services import retriever_service
-    from retriever.client import RetrieverClient
-    from rollout.workflows import build_context
-    from rollout.workflows.memsearcher import MemSearcherWorkflow
-
-    tasks = read_tasks(os.path.join(cfg.world.dir, f"{split}.jsonl"))
-    tasks = tasks[:limit] if limit else tasks
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
-    policy = OraclePolicy(
-        tokenizer,
-        tasks,
-        corpus_titles(os.path.join(cfg.world.dir, "corpus.jsonl")),
-        mistake_rate=mistake_rate,
-        seed=seed,
-    )
-    workflow = MemSearcherWorkflow()
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-
-    async def main(urls: List[str]) -> Dict[str, float]:
-        async with RetrieverClient.from_config(cfg.retriever, urls=urls) as retriever:
-            ctx = build_context(cfg.rollout, workflow, policy, tokenizer, retriever)
-            return await demonstrations(tasks, policy, ctx, workflow, out_path, concurrency, progress)
-
-    with retriever_service(cfg) as urls:
-        return asyncio.run(main(urls))

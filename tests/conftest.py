@@ -11,7 +11,7 @@ import pytest
 @pytest.fixture(scope="session")
 def world_dir(tmp_path_factory):
     """A small world (about 600 passages, 600 questions) with corpus.jsonl and splits."""
-    from areal_mem.world import build_world
+    from areal_mem.app.world import build_world
 
     out = tmp_path_factory.mktemp("world")
     build_world(str(out), seed=0, passages=600, questions=600)
@@ -21,8 +21,8 @@ def world_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_model_dir(world_dir, tmp_path_factory):
     """A randomly initialised tiny Qwen2 model + BPE tokenizer in Hugging Face format."""
+    from areal_mem.app.tiny_model import init_model
     from areal_mem.config.model import TinyModelConfig
-    from areal_mem.tiny_model import init_model
 
     out = tmp_path_factory.mktemp("tiny_model")
     init_model(

@@ -14,7 +14,7 @@ TOKEN_ENV = "AREAL_MEM_BUFFER_TOKEN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..commands.config_args import add_config_arguments
+    from areal_mem.config.arguments import add_config_arguments
 
     sub = parser.add_subparsers(dest="buffer_command", metavar="<subcommand>", required=True)
     serve = sub.add_parser(

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import sys
 from typing import Iterable, Optional
 
-from ..process import ChildProcess, ready_file_path, wait_ready
+from ..process import ChildProcess, cli_command, ready_file_path, wait_ready
 from .client import BufferClient
 from .command import TOKEN_ENV
 
@@ -25,10 +24,7 @@ class BufferProcess:
     ) -> None:
         self.run_dir, self.token = run_dir, token
         ready = ready_file_path("buffer")
-        cmd = [
-            sys.executable,
-            "-m",
-            "areal_mem.cli",
+        cmd = cli_command(
             "buffer",
             "serve",
             "--run-dir",
@@ -37,7 +33,7 @@ class BufferProcess:
             str(port),
             "--ready-file",
             ready,
-        ]
+        )
         for f in config_files:
             cmd += ["--config", f]
         self.child = ChildProcess(

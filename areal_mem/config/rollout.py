@@ -7,7 +7,7 @@ from typing import Any, Dict, List
 
 class PromptStyle(str, Enum):
     released = "released"  # the released MemSearcher text (published weights need it)
-    short = "short"  # areal_mem/prompts/<workflow>_short.txt: a tiny model learns it quickly
+    short = "short"  # rollout/prompts/<workflow>_short.txt: a tiny model learns it quickly
 
 
 class AnswerMetric(str, Enum):

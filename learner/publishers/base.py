@@ -22,8 +22,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Awaitable, Dict, List, Optional
 
+from areal_mem.generation import GeneratorError, SamplingParams
+
 from ..async_bridge import LoopThread
 from ..batch import TrainRow, broadcast_rows
+from ..generator_admin import GeneratorAdmin
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ class WeightPublisher(ABC):
     def __init__(
         self,
         engine,
-        client=None,
+        client: Optional[GeneratorAdmin] = None,
         pause_mode: str = "abort",
         probe_check: bool = False,
         probe_tolerance: float = 1e-4,
@@ -117,8 +120,6 @@ class WeightPublisher(ABC):
 
     # ---- generator restarts (rank 0) ----
     def _try(self, coro: Awaitable, what: str) -> bool:
-        from rollout.generator.client import GeneratorError
-
         try:
             self.io.run(coro)
             return True
@@ -129,8 +130,6 @@ class WeightPublisher(ABC):
     def _recover(self) -> None:
         """Wait until every generator answers, then pause, re-deliver, continue; retried until
         `restart_timeout_s` has passed (then the error names the generators)."""
-        from rollout.generator.client import GeneratorError
-
         deadline = time.monotonic() + self.restart_timeout_s
         was_down = False
         while True:
@@ -161,19 +160,16 @@ class WeightPublisher(ABC):
                 time.sleep(min(1.0, self.heal_interval_s or 1.0))
 
     def _watch(self) -> None:
-        from rollout.generator.client import GeneratorError, parse_version
-
         back_once = False  # a server came back: heal on the next check, after the launcher paused it
         while not self._stop.wait(self.heal_interval_s):
             with self._lock:
                 try:
-                    infos = self.io.run(self.client.model_info(), timeout=60)
+                    versions = set(self.io.run(self.client.weight_versions(), timeout=60).values())
                 except (GeneratorError, TimeoutError) as e:
                     if not self.broken:
                         log.warning("weight publisher: a generator is unreachable (%s)", e)
                     self.broken, back_once = True, False
                     continue
-                versions = {parse_version(i.get("weight_version")) for i in infos.values()}
                 if self.pushed_version is not None and versions != {self.pushed_version}:
                     self.broken = True
                 if not self.broken:  # all hold the last push: none may stay paused (a dead
@@ -193,8 +189,6 @@ class WeightPublisher(ABC):
 
         Raises ProbeMismatch above the tolerance. Every rank scores (ZeRO-3 forwards are collective).
         """
-        from rollout.generator.types import SamplingParams
-
         rows = None
         gen_logps: List[float] = []
         if self.io is not None:

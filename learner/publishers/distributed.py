@@ -14,6 +14,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
+from areal_mem.generation import GeneratorError
 from areal_mem.net import free_port
 from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets
 
@@ -47,8 +48,6 @@ class DistributedPublisher(WeightPublisher):
         super().setup()
 
     def _join(self, timeout_s: float = 600.0) -> None:
-        from rollout.generator.client import GeneratorError
-
         down = [u for u, ok in self.io.run(self.client.health()).items() if not ok]
         if down:  # the join would wait for them until its timeout
             raise GeneratorError(f"cannot form the weight group: generator(s) {down} not answering")

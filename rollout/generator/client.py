@@ -23,9 +23,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import aiohttp
 
+from areal_mem.generation import GenerationResult, GeneratorError, SamplingParams
 from areal_mem.security import auth_headers
-
-from .types import GenerationResult, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +33,6 @@ TOKEN_ENV = "AREAL_MEM_GENERATOR_TOKEN"  # the shared token, kept off command li
 STICKY_CAPACITY = 65536  # trajectories remembered for stickiness (least recently used forgotten)
 # Called with (route, JSON payload) for every request sent / response received (contract tests).
 Hook = Callable[[str, Any], None]
-
-
-class GeneratorError(RuntimeError):
-    """A generator answered with an error that resending will not fix (4xx), or gave up."""
-
-    def __init__(self, message: str, status: int = 0, url: str = ""):
-        super().__init__(message)
-        self.status, self.url = status, url
 
 
 class GeneratorUnavailable(GeneratorError):

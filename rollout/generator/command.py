@@ -13,7 +13,7 @@ HELP = "generator servers (subcommand: serve): the embedded PyTorch server or SG
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from areal_mem.commands.config_args import add_config_arguments
+    from areal_mem.config.arguments import add_config_arguments
 
     from .client import TOKEN_ENV
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import List, Sequence
 
 from areal_mem.net import free_port
-from areal_mem.process import ChildProcess, ready_file_path, wait_ready, wait_until
+from areal_mem.process import ChildProcess, cli_command, ready_file_path, wait_ready, wait_until
 from areal_mem.security import auth_headers, check_bind
 
 from .client import TOKEN_ENV
@@ -81,10 +81,7 @@ def start_embedded_generator(
     `weights_dirs`: folders /update_weights_from_disk may load from (default: the model's)."""
     check_bind("generator", host, token)
     ready = ready_file_path("generator")
-    cmd = [
-        sys.executable,
-        "-m",
-        "areal_mem.cli",
+    cmd = cli_command(
         "generator",
         "serve",
         "--model",
@@ -103,7 +100,7 @@ def start_embedded_generator(
         f"generator.max_context_len={max_context_len}",
         f"generator.torch_threads={torch_threads}",
         f"generator.weight_group_timeout_s={weight_group_timeout_s}",
-    ]
+    )
     if weights_dirs:
         cmd.append(f"generator.weights_dirs={json.dumps([os.path.abspath(d) for d in weights_dirs])}")
     child = ChildProcess(

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from areal_mem.data.task import Task
+from areal_mem.generation import GenerationResult, SamplingParams
 from areal_mem.trajectory import Trajectory
-from rollout.generator.types import GenerationResult, SamplingParams
 from rollout.rewards.answer import extract_boxed
 from rollout.rewards.answer_reward import format_error
 from rollout.rewards.metrics import exact_match, f1_score, substring_match
@@ -67,7 +67,7 @@ class WorkflowContext:
 
 class Workflow(ABC):
     name: str = ""
-    default_prompt: str = ""  # a file in areal_mem/prompts/, used when the config names none
+    default_prompt: str = ""  # a file in rollout/prompts/, used when the config names none
 
     def template(self, ctx: WorkflowContext) -> str:
         """The prompt template of this episode: the configured one, else the workflow's default."""

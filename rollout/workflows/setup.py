@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
-from areal_mem import plugins
 from areal_mem.config import ConfigError
-from rollout.generator.types import SamplingParams
+from areal_mem.generation import SamplingParams
+from rollout import registry
 from rollout.tools.base import Tool, ToolBuild
 
 from .base import Generator, Limits, RewardFn, Workflow, WorkflowContext
@@ -15,10 +15,10 @@ from .tokens import packaged_prompt
 
 
 def build_workflow(name: str) -> Workflow:
-    factory = plugins.resolve("workflow", name)
+    factory = registry.resolve("workflow", name)
     workflow = factory()
     if not isinstance(workflow, Workflow):
-        raise plugins.PluginError(f"workflow {name!r} built a {type(workflow).__name__}, not a Workflow")
+        raise registry.PluginError(f"workflow {name!r} built a {type(workflow).__name__}, not a Workflow")
     return workflow
 
 
@@ -26,15 +26,15 @@ def build_tools(rollout: Any, retriever: Optional[Any]) -> Dict[str, Tool]:
     tools: Dict[str, Tool] = {}
     for name in rollout.tools:
         args = dict(rollout.tool_args.get(name, {}) or {})
-        tool = plugins.resolve("tool", name)(ToolBuild(rollout=rollout, retriever=retriever, args=args))
+        tool = registry.resolve("tool", name)(ToolBuild(rollout=rollout, retriever=retriever, args=args))
         if not isinstance(tool, Tool):
-            raise plugins.PluginError(f"tool {name!r} built a {type(tool).__name__}, not a Tool")
+            raise registry.PluginError(f"tool {name!r} built a {type(tool).__name__}, not a Tool")
         tools[tool.name] = tool
     return tools
 
 
 def build_reward(rollout: Any) -> RewardFn:
-    return plugins.resolve("reward", rollout.reward)(rollout)
+    return registry.resolve("reward", rollout.reward)(rollout)
 
 
 def prompt_template(rollout: Any, workflow: Workflow) -> str:

@@ -6,16 +6,16 @@ import dataclasses
 from importlib import resources
 from typing import Any, List, Optional, Tuple
 
+from areal_mem.generation import GenerationResult
 from areal_mem.trajectory import Context
-from rollout.generator.types import GenerationResult
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 ASSISTANT_HEADER = IM_START + "assistant\n"
 
 
 def packaged_prompt(name: str) -> str:
-    """A template shipped in `areal_mem/prompts/`."""
-    return resources.files("areal_mem").joinpath("prompts", name).read_text(encoding="utf-8")
+    """A template shipped in `rollout/prompts/`."""
+    return resources.files("rollout").joinpath("prompts", name).read_text(encoding="utf-8")
 
 
 def render_prompt(template: str, **values: str) -> str:

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from areal_mem.bench import asynchrony, command, scale
-from areal_mem.bench.report import write_report
-from areal_mem.cli import main
+from areal_mem.app.bench import asynchrony, command, scale
+from areal_mem.app.bench.report import write_report
+from areal_mem.app.cli import main
 from tests.tiny_recipe import TINY_RECIPE
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,7 +30,7 @@ def _bench_async(run_dir, etas):
     cmd = [
         sys.executable,
         "-m",
-        "areal_mem.cli",
+        "areal_mem.app.cli",
         "bench",
         "async",
         "--run-dir",
@@ -191,9 +191,9 @@ def test_scale_from_given_numbers_and_the_report(async_run, tmp_path):
 
 
 def test_a_missing_bench_module_leaves_the_others_usable(monkeypatch, capsys):
-    monkeypatch.setitem(command.BENCHES, "later", "areal_mem.bench.not_written_yet")
+    monkeypatch.setitem(command.BENCHES, "later", "areal_mem.app.bench.not_written_yet")
     assert main(["bench", "later"]) == 2
-    assert "not available (areal_mem.bench.not_written_yet is not installed)" in capsys.readouterr().out
+    assert "not available (areal_mem.app.bench.not_written_yet is not installed)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         main(["bench", "scale", "--help"])
     assert e.value.code == 0 and "--inputs" in capsys.readouterr().out

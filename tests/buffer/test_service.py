@@ -281,7 +281,7 @@ def test_serve_command_refuses_a_public_bind_without_token(tmp_path):
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "areal_mem.cli", "buffer", "serve", "--run-dir", str(tmp_path), "--host", "0.0.0.0"],
+        [sys.executable, "-m", "areal_mem.app.cli", "buffer", "serve", "--run-dir", str(tmp_path), "--host", "0.0.0.0"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -73,12 +73,12 @@ def test_every_shipped_config_validates():
 
 
 def test_cli_config_command_prints_and_errors(tmp_path):
-    cmd = [sys.executable, "-m", "areal_mem.cli", "config", "model.path=m", f"run_dir={tmp_path}", "--save"]
+    cmd = [sys.executable, "-m", "areal_mem.app.cli", "config", "model.path=m", f"run_dir={tmp_path}", "--save"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "path: m" in out.stdout and os.path.exists(tmp_path / "config.yaml")
     bad = subprocess.run(
-        [sys.executable, "-m", "areal_mem.cli", "config", "model.pth=m"], capture_output=True, text=True, cwd=REPO
+        [sys.executable, "-m", "areal_mem.app.cli", "config", "model.pth=m"], capture_output=True, text=True, cwd=REPO
     )
     assert bad.returncode == 2 and "unknown key 'model.pth'" in bad.stderr
 

@@ -7,7 +7,7 @@ import sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from areal_mem.tiny_model import SPECIAL_TOKENS, TAG_TOKENS, memsearcher_prompt
+from areal_mem.app.tiny_model import SPECIAL_TOKENS, TAG_TOKENS, memsearcher_prompt
 
 
 def test_tokenizer_round_trips_prompt_and_special_tokens(tiny_model_dir):
@@ -42,7 +42,7 @@ def test_cli_writes_a_loadable_model(world_dir, tmp_path):
         [
             sys.executable,
             "-m",
-            "areal_mem.cli",
+            "areal_mem.app.cli",
             "init-model",
             "--world",
             world_dir,
@@ -73,7 +73,7 @@ def test_cli_writes_a_loadable_model(world_dir, tmp_path):
         [
             sys.executable,
             "-m",
-            "areal_mem.cli",
+            "areal_mem.app.cli",
             "init-model",
             "--world",
             str(tmp_path / "none"),

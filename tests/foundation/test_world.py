@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from areal_mem.world import build_world
+from areal_mem.app.world import build_world
 
 
 def read_jsonl(path):

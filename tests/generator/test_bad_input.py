@@ -8,10 +8,10 @@ import json
 import aiohttp
 import pytest
 
+from areal_mem.generation import SamplingParams
 from areal_mem.security import InsecureBindError
 from rollout.generator.client import GeneratorClient, GeneratorError
 from rollout.generator.launch import start_embedded_generator
-from rollout.generator.types import SamplingParams
 
 CASES = [
     ({"sampling_params": {"max_new_tokens": 2}}, "exactly one of `text` and `input_ids`"),
@@ -110,7 +110,7 @@ def test_serve_command_refuses_bad_setups(tmp_path):
 
     def serve(*argv):
         return subprocess.run(
-            [sys.executable, "-m", "areal_mem.cli", "generator", "serve", *argv],
+            [sys.executable, "-m", "areal_mem.app.cli", "generator", "serve", *argv],
             capture_output=True,
             text=True,
             timeout=120,

@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 
 from areal_mem.config.generator import GeneratorConfig
+from areal_mem.generation import SamplingParams
 from rollout.generator.client import GeneratorUnavailable, client_from_config, token_versions
 from rollout.generator.launch import start_generators, start_sglang_servers
-from rollout.generator.types import SamplingParams
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 import torch
 
+from areal_mem.generation import SamplingParams
 from rollout.generator.client import GeneratorClient
-from rollout.generator.types import SamplingParams
 
 
 def _client(server, checker, **kw):

@@ -11,10 +11,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from areal_mem.generation import SamplingParams
 from areal_mem.net import free_port
 from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets, parse_dtype
 from rollout.generator.client import GeneratorClient, GeneratorError, GeneratorUnavailable
-from rollout.generator.types import SamplingParams
 
 LONG = 1000  # tokens: long enough that a pause 0.15 s in catches the request mid-way
 

@@ -24,7 +24,7 @@ class TinyTrain:
         cmd = [
             sys.executable,
             "-m",
-            "areal_mem.cli",
+            "areal_mem.app.cli",
             "train",
             "--config",
             os.path.join(REPO, "configs", "debug_cpu.yaml"),

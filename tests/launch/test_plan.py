@@ -2,8 +2,8 @@
 
 import pytest
 
+from areal_mem.app.launch.plan import Addresses, learner_specs, service_specs, worker_specs
 from areal_mem.config import ConfigError, load_config
-from areal_mem.launch.plan import Addresses, learner_specs, service_specs, worker_specs
 
 
 def plan_cfg(*overrides):
@@ -52,7 +52,7 @@ def test_a_too_small_gpu_list_names_the_keys():
 
 
 def test_rollout_workers_without_a_publisher_are_refused_before_anything_starts(tmp_path):
-    from areal_mem.train import TrainPipeline
+    from areal_mem.app.train import TrainPipeline
 
     cfg = plan_cfg("learner.publisher=none", f"run_dir={tmp_path}")
     with pytest.raises(

@@ -10,10 +10,10 @@ from pyarrow import flight
 
 ray = pytest.importorskip("ray")
 
+from areal_mem.app.launch.plan import ProcessSpec  # noqa: E402
+from areal_mem.app.launch.ray_launcher import RayLauncher  # noqa: E402
 from areal_mem.buffer.client import BufferClient  # noqa: E402
 from areal_mem.config import load_config, save_resolved  # noqa: E402
-from areal_mem.launch.plan import ProcessSpec  # noqa: E402
-from areal_mem.launch.ray_launcher import RayLauncher  # noqa: E402
 from areal_mem.trajectory import Context, Group, Trajectory  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

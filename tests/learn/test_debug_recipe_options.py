@@ -7,10 +7,10 @@ import os
 
 import pytest
 
+from areal_mem.app.world import build_world
+from areal_mem.app.world.entities import OCCUPATIONS
 from areal_mem.config import load_config
 from areal_mem.data.task import Task
-from areal_mem.world import build_world
-from areal_mem.world.entities import OCCUPATIONS
 from rollout.oracle import fact_sentences
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

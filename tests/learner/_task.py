@@ -10,9 +10,9 @@ import threading
 import uuid
 
 from areal_mem.buffer.client import BufferClient
+from areal_mem.generation import SamplingParams
 from areal_mem.trajectory import Context, Group, Trajectory
 from rollout.generator.client import GeneratorClient
-from rollout.generator.types import SamplingParams
 
 PROMPT = [5, 17, 42, 7]
 

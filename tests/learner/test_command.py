@@ -1,6 +1,6 @@
 """The learner commands refuse unusable configs with a message that names the key."""
 
-from areal_mem.cli import main
+from areal_mem.app.cli import main
 
 
 def test_learner_needs_a_buffer_and_generators(capsys):

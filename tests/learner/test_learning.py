@@ -25,7 +25,7 @@ def _learner(run_dir, model_dir, buffer_url, gen_url, log_path):
     cmd = [
         sys.executable,
         "-m",
-        "areal_mem.cli",
+        "areal_mem.app.cli",
         "learner",
         f"run_dir={run_dir}",
         f"model.path={model_dir}",
@@ -169,7 +169,7 @@ def test_two_rank_zero3_loop_pushes_and_resumes(tiny_model_dir, tmp_path, publis
                 "--master_port",
                 str(free_port()),
                 "-m",
-                "areal_mem.cli",
+                "areal_mem.app.cli",
                 "learner",
                 f"run_dir={run_dir}",
                 f"model.path={tiny_model_dir}",

@@ -43,7 +43,7 @@ def test_sft_learns_only_masked_in_tokens(tiny_model_dir, tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "areal_mem.cli",
+        "areal_mem.app.cli",
         "sft",
         "--data",
         str(data),

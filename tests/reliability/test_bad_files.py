@@ -20,7 +20,12 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 def cli(*argv: str, cwd: str = ROOT) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AREAL_MEM_")}
     return subprocess.run(
-        [sys.executable, "-m", "areal_mem.cli", *argv], capture_output=True, text=True, timeout=180, cwd=cwd, env=env
+        [sys.executable, "-m", "areal_mem.app.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=cwd,
+        env=env,
     )
 
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from areal_mem.app.launch.local import check_extension_locks
 from areal_mem.buffer.schema import group_to_table
 from areal_mem.buffer.service import BufferService
 from areal_mem.buffer.store import GroupStore
-from areal_mem.launch.local import check_extension_locks
 from areal_mem.net import free_port
 from tests.buffer.conftest import make_group
 

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
+from areal_mem.app.launch.local import pause_generator
 from areal_mem.config.learner import LearnerConfig
-from areal_mem.launch.local import pause_generator
+from areal_mem.generation import SamplingParams
 from learner.publishers import DistributedPublisher
 from rollout.generator.client import GeneratorClient
 from rollout.generator.launch import start_embedded_generator
-from rollout.generator.types import SamplingParams
 from tests.learner._dist_worker import fixed_rows
 
 

@@ -70,7 +70,18 @@ def test_a_public_bind_without_token_refuses_to_start(service, tmp_path):
     ready = tmp_path / "ready"
     argv = [a.replace("<tmp>", str(tmp_path)) for a in SERVE[service]]
     r = subprocess.run(
-        [sys.executable, "-m", "areal_mem.cli", *argv, "--host", "0.0.0.0", "--port", "0", "--ready-file", str(ready)],
+        [
+            sys.executable,
+            "-m",
+            "areal_mem.app.cli",
+            *argv,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready),
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -197,9 +208,9 @@ def test_update_weights_from_disk_loads_only_inside_the_configured_folders(gener
 
 
 def test_default_weights_folders_cover_the_disk_publisher_and_restarts(tmp_path):
+    from areal_mem.app.launch.local import latest_weights
     from areal_mem.config import load_config
     from areal_mem.config.learner import LearnerConfig, PublisherKind
-    from areal_mem.launch.local import latest_weights
     from learner.publishers import make_publisher
     from rollout.generator.command import _weights_dirs
     from rollout.generator.server import ForbiddenPath, allowed_path
@@ -258,7 +269,7 @@ def test_tokens_reach_no_log_command_line_or_written_config(
         [
             sys.executable,
             "-m",
-            "areal_mem.cli",
+            "areal_mem.app.cli",
             "config",
             "--config",
             str(cfg_file),
@@ -276,8 +287,8 @@ def test_tokens_reach_no_log_command_line_or_written_config(
     assert token not in r.stdout + r.stderr and "token: ''" in r.stdout
     assert token not in (tmp_path / "run" / "config.yaml").read_text()
 
+    from areal_mem.app.train import TrainPipeline
     from areal_mem.config import load_config
-    from areal_mem.train import TrainPipeline
 
     with mock.patch.dict(os.environ, clear=False):
         cfg = load_config([str(cfg_file)], [f"run_dir={tmp_path}/train", "model.path=/m"])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from areal_mem.cli import main
+from areal_mem.app.cli import main
 from retriever.manifest import Manifest
 
 

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import pytest
 
 from areal_mem.data.task import Task
-from rollout.generator.types import GenerationResult, SamplingParams
+from areal_mem.generation import GenerationResult, SamplingParams
 
 Reply = Union[str, Tuple[str, str]]  # text (ends with <|im_end|>) or (text, "length")
 

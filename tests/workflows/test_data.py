@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from areal_mem.cli import main
+from areal_mem.app.cli import main
 from areal_mem.data import DataError, Task, read_tasks, write_tasks
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from areal_mem.cli import main
+from areal_mem.app.cli import main
 
 FIELDS = {
     "method",

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from areal_mem import plugins
 from areal_mem.config import load_config
 from areal_mem.data import read_tasks
+from rollout import registry as plugins
 from rollout.workflows import build_context, build_workflow
 from rollout.workflows.memsearcher import MemSearcherWorkflow
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import save_resolved, to_yaml
-from .config_args import add_config_arguments, config_from_args
+from areal_mem.config import save_resolved, to_yaml
+from areal_mem.config.arguments import add_config_arguments, config_from_args
 
 HELP = "print the resolved config of a run (files + key=value overrides)"
 

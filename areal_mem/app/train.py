@@ -15,18 +15,17 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from typing import Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from .commands.config_args import add_config_arguments, config_from_args
-from .config import ConfigError, save_resolved
+from areal_mem.config import ConfigError, save_resolved
+from areal_mem.config.arguments import add_config_arguments, config_from_args
+from areal_mem.process import cli_command
 
 HELP = "run a training recipe end to end: world, model, index, SFT warm start, async RL, eval"
-log = logging.getLogger("areal_mem.train")
-CLI = [sys.executable, "-m", "areal_mem.cli"]
+log = logging.getLogger("areal_mem.app.train")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +97,7 @@ class TrainPipeline:
             return out
         demos = os.path.join(cfg.run_dir, "sft", "demos.jsonl")
         if not os.path.exists(demos):
-            from rollout.oracle import write_demonstrations
+            from areal_mem.app.demonstrations import write_demonstrations
 
             stats = write_demonstrations(
                 cfg, demos, limit=sft.oracle_questions, mistake_rate=sft.oracle_mistake_rate, seed=cfg.seed
@@ -181,7 +180,9 @@ class TrainPipeline:
         start = time.time()
         print(f"[train] {name} ... (log {path})", flush=True)
         with open(path, "ab") as f:
-            proc = subprocess.Popen(CLI + argv, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+            proc = subprocess.Popen(
+                cli_command(*argv), stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            )
             try:
                 code = proc.wait()
             finally:  # Ctrl-C / SIGTERM (raised as SystemExit below) leaves no stage running

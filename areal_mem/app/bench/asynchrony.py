@@ -13,7 +13,8 @@ import argparse
 import statistics
 from typing import Dict
 
-from ..config import ConfigError
+from areal_mem.config import ConfigError
+
 from .arms import add_arm_arguments, arm_overrides, parse_ints, run_arm, start_of
 from .output import command_line, markdown_table, new_figure, save_figure, write_json
 

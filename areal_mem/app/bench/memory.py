@@ -22,7 +22,7 @@ import re
 from collections import defaultdict
 from typing import Dict, List, Optional
 
-from rollout.generator.types import GenerationResult, SamplingParams
+from areal_mem.generation import GenerationResult, SamplingParams
 
 from .output import command_line, markdown_table, new_figure, save_figure, write_json
 

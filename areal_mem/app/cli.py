@@ -13,22 +13,22 @@ import os
 import sys
 from typing import List, Optional
 
-from .config import ConfigError
+from areal_mem.config import ConfigError
 
 COMMANDS = {
-    "config": "areal_mem.commands.config_cmd",
-    "world": "areal_mem.world.command",
-    "init-model": "areal_mem.tiny_model",
+    "config": "areal_mem.app.commands.config",
+    "world": "areal_mem.app.world.command",
+    "init-model": "areal_mem.app.tiny_model",
     "retriever": "retriever.command",
     "buffer": "areal_mem.buffer.command",
     "generator": "rollout.generator.command",
-    "data": "areal_mem.data.command",
-    "eval": "areal_mem.evaluation.command",
-    "learner": "learner.command",
-    "rollout": "rollout.command",
-    "train": "areal_mem.train",
+    "data": "areal_mem.app.commands.data",
+    "eval": "areal_mem.app.evaluation.command",
+    "learner": "areal_mem.app.commands.learner",
+    "rollout": "areal_mem.app.commands.rollout",
+    "train": "areal_mem.app.train",
     "sft": "learner.sft_command",
-    "bench": "areal_mem.bench.command",
+    "bench": "areal_mem.app.bench.command",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..commands.config_args import add_config_arguments, config_from_args
+from areal_mem.config.arguments import add_config_arguments, config_from_args
 
 HELP = (
     "question files: convert FlashRAG jsonl (areal-mem's task format) <-> Search-R1 parquet; "
@@ -47,9 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _demos(args: argparse.Namespace) -> int:
-    from rollout.oracle import write_demonstrations
-
-    from . import DataError
+    from areal_mem.app.demonstrations import write_demonstrations
+    from areal_mem.data import DataError
 
     try:
         stats = write_demonstrations(
@@ -72,7 +71,7 @@ def _demos(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from . import DataError, read_tasks, write_tasks
+    from areal_mem.data import DataError, read_tasks, write_tasks
 
     try:
         tasks = read_tasks(args.input, args.src)

@@ -21,19 +21,18 @@ import glob
 import logging
 import os
 import signal
-import sys
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig
 
-from ..net import free_port
-from ..process import ChildProcess, ready_file_path, wait_ready
+from areal_mem.net import free_port
+from areal_mem.process import ChildProcess, cli_command, ready_file_path, wait_ready
+
 from .plan import Addresses, ProcessSpec, generator_argv, learner_specs, service_specs, worker_specs
 
 log = logging.getLogger(__name__)
-CLI = [sys.executable, "-m", "areal_mem.cli"]
 
 
 class LocalLauncher:
@@ -52,7 +51,7 @@ class LocalLauncher:
         ready = ready_file_path(spec.name) if spec.service else ""
         child = ChildProcess(
             spec.name,
-            CLI + argv + (["--ready-file", ready] if ready else []),
+            cli_command(*argv, *(["--ready-file", ready] if ready else [])),
             os.path.join(self.logs, f"{spec.name}.log"),
             dict(spec.env),
         ).start()

@@ -181,7 +181,7 @@ def account(run_dir: str, group_size: int, max_staleness: int) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..commands.config_args import add_config_arguments
+    from areal_mem.config.arguments import add_config_arguments
 
     parser.add_argument("--minutes", type=float, default=30.0, help="length of the run")
     parser.add_argument("--fault-every", type=float, default=180.0, help="seconds between faults")
@@ -196,7 +196,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from ..commands.config_args import config_from_args
+    from areal_mem.config.arguments import config_from_args
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -9,13 +9,12 @@ the child only through `env`, which arrives as a method argument.
 from __future__ import annotations
 
 import atexit
-import sys
 from typing import Dict, List, Optional
 
 import ray
 
-from ..net import free_port
-from ..process import ChildProcess, ready_file_path, wait_ready
+from areal_mem.net import free_port
+from areal_mem.process import ChildProcess, cli_command, ready_file_path, wait_ready
 
 
 class ProcessActor:
@@ -35,7 +34,7 @@ class ProcessActor:
         """Start `areal-mem <argv>`; for a service, block until it wrote its URL and return it."""
         self.stop()
         ready = ready_file_path(self.name) if service else ""
-        cmd = [sys.executable, "-m", "areal_mem.cli", *argv, *(["--ready-file", ready] if ready else [])]
+        cmd = cli_command(*argv, *(["--ready-file", ready] if ready else []))
         self.child = ChildProcess(self.name, cmd, self.log_path, dict(env)).start()
         return wait_ready(self.child, ready, timeout_s) if ready else ""
 

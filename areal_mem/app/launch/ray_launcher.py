@@ -27,12 +27,12 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from areal_mem.buffer.command import TOKEN_ENV as BUFFER_TOKEN_ENV
+from areal_mem.config.launcher import RayBind
+from areal_mem.process import ChildProcess
 from retriever.command import TOKEN_ENV as RETRIEVER_TOKEN_ENV
 from rollout.generator.launch import TOKEN_ENV as GENERATOR_TOKEN_ENV
 
-from ..buffer.command import TOKEN_ENV as BUFFER_TOKEN_ENV
-from ..config.launcher import RayBind
-from ..process import ChildProcess
 from .local import LocalLauncher
 from .plan import ProcessSpec, learner_specs, service_specs, worker_specs
 from .ray_actor import ProcessActor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from areal_mem.commands.config_args import add_config_arguments, config_from_args
+from areal_mem.config.arguments import add_config_arguments, config_from_args
 
 HELP = "train the policy with multi-context GRPO / decoupled PPO from the replay buffer (DeepSpeed)"
 
@@ -31,11 +31,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("generator.urls is empty: set the generators to push weights to, or learner.publisher=none")
 
     from areal_mem.buffer.client import BufferClient
+    from learner.engine import LearnerEngine
+    from learner.publishers import make_publisher
+    from learner.trainer import Trainer
     from rollout.generator.client import client_from_config
-
-    from .engine import LearnerEngine
-    from .publishers import make_publisher
-    from .trainer import Trainer
 
     engine = LearnerEngine(cfg.model.path, cfg.learner, seed=cfg.seed)
     leader = engine.rank == 0

@@ -15,15 +15,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from ..config import ConfigError
+from areal_mem.config import ConfigError
+from areal_mem.process import cli_command
 
-CLI = [sys.executable, "-m", "areal_mem.cli"]
 DEFAULT_CONFIG = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs", "debug_cpu.yaml"
 )
@@ -64,7 +63,8 @@ def prepare_start(
             if not os.path.exists(os.path.join(path, marker)):
                 raise ConfigError(f"--start-from {start_from}: {os.path.join(path, marker)} is missing")
         return start
-    from ..config import load_config
+    from areal_mem.config import load_config
+
     from ..train import TrainPipeline
 
     cfg = load_config([config], [*overrides, f"run_dir={out_dir}", f"learner.sft.warm_start={sft}"])
@@ -129,7 +129,7 @@ def run_arm(
     metrics_path, config_path = os.path.join(arm_dir, "metrics.jsonl"), os.path.join(arm_dir, "config.yaml")
     url, t0 = "", time.monotonic()
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(CLI + argv, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cli_command(*argv), stdout=log, stderr=subprocess.STDOUT)
         try:
             while proc.poll() is None:
                 if time.monotonic() - t0 > timeout_s:
@@ -198,7 +198,7 @@ def _engine_stats(url: str) -> dict:
 
 def cpu_by_role(root_pid: int) -> Dict[str, float]:
     """User + system CPU seconds of a process tree, by the `areal-mem` sub-command each process
-    runs (`python -m areal_mem.cli <role> ...`; `train` is the launcher, anything else `other`)."""
+    runs (`python -m areal_mem.app.cli <role> ...`; `train` is the launcher, anything else `other`)."""
     import psutil
 
     out: Dict[str, float] = {}
@@ -212,7 +212,7 @@ def cpu_by_role(root_pid: int) -> Dict[str, float]:
             argv, t = p.cmdline(), p.cpu_times()
         except psutil.Error:  # ended between the listing and the reading
             continue
-        role = argv[argv.index("areal_mem.cli") + 1] if "areal_mem.cli" in argv[:-1] else "other"
+        role = argv[argv.index("areal_mem.app.cli") + 1] if "areal_mem.app.cli" in argv[:-1] else "other"
         role = {"train": "launcher"}.get(role, role)
         out[role] = out.get(role, 0.0) + t.user + t.system
     return out

@@ -12,9 +12,9 @@ from typing import Dict, List
 
 from omegaconf import DictConfig
 
-from ..config import ConfigError
+from areal_mem.config import ConfigError
 
-AFFINITY_ENV = "AREAL_MEM_CPUS"  # CPUs a process pins itself to at start (`areal_mem.cli.main`)
+AFFINITY_ENV = "AREAL_MEM_CPUS"  # CPUs a process pins itself to at start (`areal_mem.app.cli.main`)
 ROLES = ("retriever", "generator", "buffer", "learner", "rollout")
 
 

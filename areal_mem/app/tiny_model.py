@@ -12,10 +12,9 @@ import argparse
 import json
 import math
 import os
-from importlib import resources
 from typing import Iterator, List, Optional
 
-from .config.model import TinyModelConfig
+from areal_mem.config.model import TinyModelConfig
 
 HELP = "build a tiny Qwen2 model and BPE tokenizer (Hugging Face format) for CPU runs"
 
@@ -46,7 +45,10 @@ CHAT_TEMPLATE = (
 
 
 def memsearcher_prompt() -> str:
-    return resources.files("areal_mem").joinpath("prompts/memsearcher.txt").read_text(encoding="utf-8")
+    """The released MemSearcher prompt the rollout ships; the tokenizer is trained on it."""
+    from rollout.workflows.tokens import packaged_prompt
+
+    return packaged_prompt("memsearcher.txt")
 
 
 def _world_texts(world_dir: str, extra: List[str]) -> Iterator[str]:

@@ -12,12 +12,12 @@ import importlib
 
 HELP = "system benchmarks: async vs sync, memory vs ReAct, staleness, scale, soak; `all` writes the report"
 BENCHES = {
-    "async": "areal_mem.bench.asynchrony",
-    "memory": "areal_mem.bench.memory",
-    "staleness": "areal_mem.bench.staleness",
-    "scale": "areal_mem.bench.scale",
-    "soak": "areal_mem.bench.soak",
-    "all": "areal_mem.bench.report",
+    "async": "areal_mem.app.bench.asynchrony",
+    "memory": "areal_mem.app.bench.memory",
+    "staleness": "areal_mem.app.bench.staleness",
+    "scale": "areal_mem.app.bench.scale",
+    "soak": "areal_mem.app.bench.soak",
+    "all": "areal_mem.app.bench.report",
 }
 
 

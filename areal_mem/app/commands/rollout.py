@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from areal_mem.commands.config_args import add_config_arguments, config_from_args
+from areal_mem.config.arguments import add_config_arguments, config_from_args
 
 HELP = "run one rollout worker (episodes -> groups -> replay buffer)"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..commands.config_args import add_config_arguments
+from areal_mem.config.arguments import add_config_arguments
 
 HELP = "evaluate a workflow (memsearcher | react | plugin) on a question file: EM, F1, turns, context length"
 
@@ -30,9 +30,10 @@ def run(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from ..commands.config_args import config_from_args
-    from ..data import DataError
-    from ..plugins import PluginError
+    from areal_mem.config.arguments import config_from_args
+    from areal_mem.data import DataError
+    from rollout.registry import PluginError
+
     from .evaluate import run_eval
 
     overrides = list(args.overrides)

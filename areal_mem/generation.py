@@ -1,4 +1,8 @@
-"""What the rollout side sends to and gets back from a generator (SGLang's native API)."""
+"""What a generator is sent and answers (SGLang's native API), and its error.
+
+Message types of the base layer: the rollout's client and workflows, and the learner's
+weight publishers (through its own admin protocol), speak them without importing each other.
+"""
 
 from __future__ import annotations
 
@@ -35,3 +39,11 @@ class GenerationResult:
     matched_stop: Optional[Union[int, str]] = None
     prompt_tokens: int = 0
     meta: Dict[str, Any] = field(default_factory=dict)
+
+
+class GeneratorError(RuntimeError):
+    """A generator answered with an error that resending will not fix (4xx), or gave up."""
+
+    def __init__(self, message: str, status: int = 0, url: str = ""):
+        super().__init__(message)
+        self.status, self.url = status, url

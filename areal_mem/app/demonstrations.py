@@ -1,0 +1,53 @@
+"""Oracle demonstrations for the SFT warm start: the scripted policy run through the real workflow.
+
+Composition: the rollout's oracle and workflow, a retriever client and (when no
+`retriever.urls` is set) a retriever service started over the world's corpus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Dict, List
+
+from transformers import AutoTokenizer
+
+from areal_mem.app.evaluation.services import retriever_service
+from areal_mem.data import read_tasks
+from retriever.client import RetrieverClient
+from rollout.oracle import OraclePolicy, corpus_titles, demonstrations
+from rollout.workflows import build_context
+from rollout.workflows.memsearcher import MemSearcherWorkflow
+
+
+def write_demonstrations(
+    cfg,
+    out_path: str,
+    split: str = "train",
+    limit: int = 0,
+    mistake_rate: float = 0.1,
+    seed: int = 0,
+    concurrency: int = 16,
+    progress: bool = True,
+) -> Dict[str, float]:
+    """Oracle demonstrations for the world's `split` with the rollout config's workflow settings."""
+    tasks = read_tasks(os.path.join(cfg.world.dir, f"{split}.jsonl"))
+    tasks = tasks[:limit] if limit else tasks
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
+    policy = OraclePolicy(
+        tokenizer,
+        tasks,
+        corpus_titles(os.path.join(cfg.world.dir, "corpus.jsonl")),
+        mistake_rate=mistake_rate,
+        seed=seed,
+    )
+    workflow = MemSearcherWorkflow()
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+
+    async def main(urls: List[str]) -> Dict[str, float]:
+        async with RetrieverClient.from_config(cfg.retriever, urls=urls) as retriever:
+            ctx = build_context(cfg.rollout, workflow, policy, tokenizer, retriever)
+            return await demonstrations(tasks, policy, ctx, workflow, out_path, concurrency, progress)
+
+    with retriever_service(cfg) as urls:
+        return asyncio.run(main(urls))
