@@ -13,6 +13,7 @@ import os
 import sys
 from typing import List, Optional
 
+from areal_mem.app.installation import shadowed
 from areal_mem.config import ConfigError
 
 COMMANDS = {
@@ -71,6 +72,14 @@ def pin_cpus() -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    problems = shadowed()
+    if problems:
+        print(
+            "areal-mem: " + "; ".join(problems) + ". Rename or move those files, or start areal-mem from "
+            "another folder (and keep them off PYTHONPATH).",
+            file=sys.stderr,
+        )
+        return 2
     only = argv[0] if argv and argv[0] in COMMANDS else None
     args = build_parser(only).parse_args(argv)
     try:

@@ -23,9 +23,8 @@ from typing import Dict, List, Optional, Sequence
 from areal_mem.config import ConfigError
 from areal_mem.process import cli_command
 
-DEFAULT_CONFIG = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs", "debug_cpu.yaml"
-)
+# the checkout's recipe (configs/ is not packaged): areal_mem/app/bench/arms.py -> the repository root
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 3, "configs", "debug_cpu.yaml")
 
 
 @dataclass

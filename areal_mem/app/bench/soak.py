@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Sequence
 
 import pyarrow as pa
 
+from .arms import DEFAULT_CONFIG
 from .output import command_line, markdown_table, write_json
 
 HELP = "soak: the debug recipe with one random fault (SIGKILL/SIGSTOP of a service) every N seconds"
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if not args.config:
-        args.config = [os.path.join(os.path.dirname(__file__), "..", "..", "configs", "debug_cpu.yaml")]
+        args.config = [DEFAULT_CONFIG]
     args.overrides = [*SOAK_OVERRIDES, *(args.overrides or [])]
     cfg = config_from_args(args)
     kinds = [k for k in args.kinds.split(",") if k]

@@ -1,0 +1,1 @@
+"""Commands that compose more than one service (`config`, `data`, `learner`, `rollout`)."""
