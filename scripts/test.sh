@@ -3,4 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
+# Style and layers first: each takes seconds and names what is wrong.
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/lint-imports
 .venv/bin/python -m pytest -m "not slow" -q "$@"

@@ -9,6 +9,8 @@ import shutil
 import sys
 from typing import List, Optional, Sequence
 
+from areal_mem.config import ConfigError
+
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
     def cell(v) -> str:
@@ -42,19 +44,27 @@ def read_json(run_dir: str, name: str) -> Optional[dict]:
         return json.load(f)
 
 
-def new_figure(width: float = 6.0, height: float = 4.0, cols: int = 1):
-    import matplotlib
-
+def _pyplot():
+    """matplotlib.pyplot on the file backend; the core install leaves matplotlib out (extra `bench`)."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise ConfigError(
+            "the benchmark plots need matplotlib, which the core install leaves out: pip install -e '.[bench]'"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(1, cols, figsize=(width, height), squeeze=False)
+    return plt
+
+
+def new_figure(width: float = 6.0, height: float = 4.0, cols: int = 1):
+    return _pyplot().subplots(1, cols, figsize=(width, height), squeeze=False)
 
 
 def save_figure(fig, run_dir: str, name: str, figures_dir: str = "") -> List[str]:
     """`<run_dir>/<name>.png`, and a copy in `figures_dir` (the README's, committed) if given."""
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, f"{name}.png")
     fig.tight_layout()
