@@ -11,10 +11,13 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from aiohttp import web
 from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:  # config.loading imports this module
+    from .config import RunConfig
 
 SERVICES = ("retriever", "generator", "buffer")  # each has a `<service>.token` config key
 REDACTED = ""  # what a written config holds instead of a token (empty: read from the env)
@@ -92,15 +95,15 @@ def auth_headers(token: Optional[str]) -> dict:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def redact_tokens(cfg: DictConfig) -> tuple[DictConfig, Dict[str, str]]:
+def redact_tokens(cfg: RunConfig | DictConfig) -> tuple[DictConfig, Dict[str, str]]:
     """A copy of `cfg` without the services' tokens, and the env variables that carry them.
 
     A config written to the run dir is read by the children of a run; with the tokens moved to
     their environment variables they still authenticate, and no file on disk holds a token.
     """
-    out, env = cfg.copy(), {}
+    out, env = OmegaConf.structured(cfg), {}  # a copy, from the RunConfig or a DictConfig
     for service in SERVICES:
-        token = OmegaConf.select(cfg, f"{service}.token", default=None)
+        token = OmegaConf.select(out, f"{service}.token", default=None)
         if token:
             env[token_env(service)] = token
             OmegaConf.update(out, f"{service}.token", REDACTED)

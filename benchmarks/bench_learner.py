@@ -90,7 +90,7 @@ def bench_packing(engine, rows, repeats: int, budget: int, fixed_rows: int):
 
     def loss_fn(b, logp, ent, e):
         m = b["loss_mask"].to(logp.device)
-        return ppo_token_loss(logp, logp.detach(), b["behav_logp"], b["advantages"], m, engine.loss_cfg)
+        return ppo_token_loss(logp, logp.detach(), b["behav_logp"], b["advantages"], m, engine.cfg.loss)
 
     plans = {
         f"token budget ({budget} padded tokens)": [

@@ -24,7 +24,7 @@ from areal_mem.config.learner import Dtype, LearnerConfig, ProxMode
 
 from . import distributed as D
 from .batch import TrainRow, collate
-from .loss import PPOLossConfig, loglinear_prox_logp, ppo_token_loss, token_logp_entropy
+from .loss import loglinear_prox_logp, ppo_token_loss, token_logp_entropy
 from .packing import pack_by_tokens, split_balanced, split_contiguous
 
 TOKENIZER_FILES = (
@@ -102,7 +102,7 @@ class LearnerEngine:
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         self.ref = None
-        if cfg.kl_coef > 0:
+        if cfg.loss.kl_coef > 0:
             self.ref = _load_causal_lm(model_path).to(D.device())
             self.ref.eval().requires_grad_(False)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
@@ -110,7 +110,6 @@ class LearnerEngine:
             model_parameters=[p for p in model.parameters() if p.requires_grad],
             config=deepspeed_config(cfg),
         )
-        self.loss_cfg = PPOLossConfig.from_learner(cfg)
         self.global_step = 0
 
     # ---- forward passes ----
@@ -203,7 +202,7 @@ class LearnerEngine:
             return {"n_tokens": 0.0}
         cfg = self.cfg
         plan = self._plan(rows, cfg.mini_batches)
-        recompute = cfg.decoupled and cfg.prox_logp == ProxMode.recompute
+        recompute = cfg.loss.decoupled and cfg.prox_logp == ProxMode.recompute
         # The first mini-batch trains the weights that define the proximal policy, so its
         # proximal log-probs are its own (detached) log-probs: no extra pass for it.
         extras = [self._pre_pass(micro, recompute and k > 0) for k, micro in enumerate(plan)]
@@ -214,7 +213,7 @@ class LearnerEngine:
             def loss_fn(b, logp, ent, e):
                 mask = b["loss_mask"].to(logp.device)
                 behav = b["behav_logp"].to(logp.device)
-                if not cfg.decoupled:
+                if not cfg.loss.decoupled:
                     prox = behav
                 elif recompute:
                     prox = e["prox_logp"] if "prox_logp" in e else logp.detach()
@@ -226,7 +225,7 @@ class LearnerEngine:
                     behav,
                     b["advantages"].to(logp.device),
                     mask,
-                    self.loss_cfg,
+                    cfg.loss,
                     entropy=ent,
                     ref_logp=e.get("ref_logp"),
                 )

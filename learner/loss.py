@@ -11,30 +11,11 @@ the caller divides the masked sum by the token count of the global mini-batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Dict
 
 import torch
 
-from areal_mem.config.learner import CapLevel, CapMode
-
-
-@dataclass
-class PPOLossConfig:
-    eps_clip_low: float = 0.2
-    eps_clip_high: float = 0.2
-    dual_clip: float = 3.0  # 0: off
-    decoupled: bool = True
-    behav_weight_cap: float = 5.0  # 0: off
-    behav_weight_cap_mode: CapMode = CapMode.truncate
-    behav_weight_cap_level: CapLevel = CapLevel.token
-    entropy_coef: float = 0.0
-    kl_coef: float = 0.0
-    kl_clamp: float = 10.0
-
-    @classmethod
-    def from_learner(cls, cfg) -> PPOLossConfig:
-        return cls(**{k: getattr(cfg, k) for k in cls.__dataclass_fields__})
+from areal_mem.config.learner import CapLevel, CapMode, LossConfig
 
 
 def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0):
@@ -80,7 +61,7 @@ def ppo_token_loss(
     behav_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    cfg: PPOLossConfig,
+    cfg: LossConfig,
     entropy: torch.Tensor = None,
     ref_logp: torch.Tensor = None,
 ):

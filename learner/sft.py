@@ -13,6 +13,7 @@ from typing import List, Optional
 
 from tqdm import tqdm
 
+from areal_mem.config import RunConfig
 from areal_mem.config.learner import ResumeMode
 
 from .batch import TrainRow
@@ -27,11 +28,11 @@ def epoch_order(n: int, seed: int, epoch: int) -> List[int]:
     return order
 
 
-def run_sft(cfg, rows: List[TrainRow], engine: Optional[LearnerEngine] = None) -> TrainState:
+def run_sft(cfg: RunConfig, rows: List[TrainRow], engine: Optional[LearnerEngine] = None) -> TrainState:
     """Train `rows` for `learner.sft.epochs`; export to `learner.sft.out_dir` (default <run_dir>/sft/model)."""
     scfg = cfg.learner.sft
     if engine is None:
-        lcfg = dataclasses.replace(_as_learner_config(cfg.learner), lr=scfg.lr)
+        lcfg = dataclasses.replace(cfg.learner, lr=scfg.lr)
         engine = LearnerEngine(cfg.model.path, lcfg, seed=cfg.seed)
     ckpt = CheckpointManager(os.path.join(cfg.run_dir, "sft"), cfg.learner.keep_checkpoints)
     state = (ckpt.load(engine) if cfg.learner.resume == ResumeMode.auto else None) or TrainState()
@@ -58,10 +59,3 @@ def run_sft(cfg, rows: List[TrainRow], engine: Optional[LearnerEngine] = None) -
     ckpt.save(engine, state)
     engine.export_hf(scfg.out_dir or os.path.join(cfg.run_dir, "sft", "model"))
     return state
-
-
-def _as_learner_config(node):
-    """A LearnerConfig dataclass from a DictConfig node (or the dataclass itself)."""
-    from omegaconf import DictConfig, OmegaConf
-
-    return OmegaConf.to_object(node) if isinstance(node, DictConfig) else node

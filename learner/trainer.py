@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
+from areal_mem.config import RunConfig
 from areal_mem.config.learner import ResumeMode
 
 from . import distributed as D
@@ -21,10 +22,23 @@ from .batch import broadcast_rows, rows_from_groups
 from .checkpoint import CheckpointManager, TrainState
 from .metrics import MetricsLogger, batch_stats, staleness
 
+if TYPE_CHECKING:  # annotations only: the engine and the clients load torch, DeepSpeed, pyarrow
+    from areal_mem.buffer.client import BufferClient
+
+    from .engine import LearnerEngine
+    from .publishers import WeightPublisher
+
 
 class Trainer:
-    def __init__(self, cfg, engine, publisher=None, buffer=None, batch_groups: int = 8):
-        """`cfg` is the run config (DictConfig or RunConfig); `buffer` a BufferClient on rank 0."""
+    def __init__(
+        self,
+        cfg: RunConfig,
+        engine: LearnerEngine,
+        publisher: Optional[WeightPublisher] = None,
+        buffer: Optional[BufferClient] = None,
+        batch_groups: int = 8,
+    ):
+        """`buffer`: the replay buffer's client, on rank 0 only."""
         self.cfg, self.lcfg = cfg, cfg.learner
         self.engine, self.publisher, self.buffer = engine, publisher, buffer
         self.batch_groups = batch_groups

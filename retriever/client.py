@@ -15,6 +15,7 @@ from typing import List, Optional, Sequence, Union
 import aiohttp
 from asyncio_throttle import Throttler
 
+from areal_mem.config.retriever import RetrieverConfig
 from areal_mem.security import auth_headers
 
 from .command import TOKEN_ENV
@@ -53,7 +54,7 @@ class RetrieverClient:
         self._session: Optional[aiohttp.ClientSession] = None
 
     @classmethod
-    def from_config(cls, cfg, urls: Optional[Sequence[str]] = None) -> RetrieverClient:
+    def from_config(cls, cfg: RetrieverConfig, urls: Optional[Sequence[str]] = None) -> RetrieverClient:
         """From a `RetrieverConfig` (its `urls` unless `urls` is given)."""
         return cls(
             list(urls or cfg.urls),

@@ -13,6 +13,7 @@ from typing import Dict, List
 from transformers import AutoTokenizer
 
 from areal_mem.app.evaluation.services import retriever_service
+from areal_mem.config import RunConfig
 from areal_mem.data import read_tasks
 from retriever.client import RetrieverClient
 from rollout.oracle import OraclePolicy, corpus_titles, demonstrations
@@ -21,7 +22,7 @@ from rollout.workflows.memsearcher import MemSearcherWorkflow
 
 
 def write_demonstrations(
-    cfg,
+    cfg: RunConfig,
     out_path: str,
     split: str = "train",
     limit: int = 0,

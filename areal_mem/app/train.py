@@ -16,12 +16,12 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from typing import Callable, Dict, List, Optional
 
-from omegaconf import DictConfig, OmegaConf
-
-from areal_mem.config import ConfigError, save_resolved
+from areal_mem.config import ConfigError, RunConfig, save_resolved
 from areal_mem.config.arguments import add_config_arguments, config_from_args
+from areal_mem.config.launcher import LauncherKind
 from areal_mem.process import cli_command
 
 HELP = "run a training recipe end to end: world, model, index, SFT warm start, async RL, eval"
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class TrainPipeline:
-    def __init__(self, cfg: DictConfig, evaluate: bool = True) -> None:
+    def __init__(self, cfg: RunConfig, evaluate: bool = True) -> None:
         from .launch.plan import require_publisher
 
         require_publisher(cfg)  # before the stages that come first take their minutes
@@ -61,14 +61,14 @@ class TrainPipeline:
                 w.questions,
                 w.dev_fraction,
                 w.test_fraction,
-                list(w.question_types),
+                [t.value for t in w.question_types],
                 list(w.single_attributes),
             )
         if cfg.model.build and not os.path.exists(os.path.join(cfg.model.path, "config.json")):
             from .tiny_model import init_model
 
             log.info("building the tiny model in %s", cfg.model.path)
-            init_model(cfg.world.dir, cfg.model.path, OmegaConf.to_object(cfg.model.init), cfg.seed)
+            init_model(cfg.world.dir, cfg.model.path, cfg.model.init, cfg.seed)
         if cfg.retriever.urls or os.path.exists(os.path.join(cfg.retriever.index_dir, "manifest.json")):
             return
         if not cfg.world.build:
@@ -84,7 +84,7 @@ class TrainPipeline:
             os.path.join(cfg.world.dir, "corpus.jsonl"),
             cfg.retriever.index_dir,
             kind=cfg.retriever.kind,
-            cfg=OmegaConf.to_object(cfg.retriever),
+            cfg=cfg.retriever,
         )
 
     def warm_start(self) -> str:
@@ -148,9 +148,9 @@ class TrainPipeline:
         final = os.path.join(self.cfg.run_dir, "final")
         if os.path.exists(os.path.join(final, "config.json")):
             return final
-        cfg = OmegaConf.merge(self.cfg, {"model": {"path": start_model}})
+        cfg = replace(self.cfg, model=replace(self.cfg.model, path=start_model))
         rl_config = save_resolved(cfg, os.path.join(cfg.run_dir, "rl_config.yaml"))
-        if cfg.launcher.kind.value == "ray":
+        if cfg.launcher.kind == LauncherKind.ray:
             from .launch.ray_launcher import RayLauncher as Launcher
         else:
             Launcher = LocalLauncher

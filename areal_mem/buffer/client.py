@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from ..config.buffer import BufferConfig
 from ..trajectory import Group
 from .command import TOKEN_ENV
 from .schema import group_to_table, table_to_groups
@@ -104,7 +105,7 @@ class BufferClient:
         self.token = self.token or os.environ.get(TOKEN_ENV, "")
 
     @classmethod
-    def from_config(cls, cfg) -> BufferClient:
+    def from_config(cls, cfg: BufferConfig) -> BufferClient:
         """A client of `cfg.url` (a `BufferConfig`) that waits out a restart of the buffer."""
         return cls(cfg.url, token=cfg.token, retry_window_s=cfg.client_retry_window_s)
 

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import replace
 
 HELP = "the Arrow Flight replay buffer (subcommand: serve)"
 TOKEN_ENV = "AREAL_MEM_BUFFER_TOKEN"
@@ -33,30 +34,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_config
+    from ..config import load_run
     from ..process import write_ready_file
     from ..security import InsecureBindError
     from .service import BufferService
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    cfg = load_config(args.config, args.overrides, optional=["model.path"])
+    cfg = load_run(args.config, args.overrides, optional=["model.path"])
     b = cfg.buffer
     run_dir = args.run_dir or cfg.run_dir
-    max_running = b.max_running_groups or cfg.rollout.num_workers * cfg.rollout.max_concurrent_groups
+    b = replace(
+        b,
+        host=args.host or b.host,
+        port=b.port if args.port is None else args.port,
+        token=b.token or os.environ.get(TOKEN_ENV, ""),
+        max_running_groups=b.max_running_groups or cfg.rollout.num_workers * cfg.rollout.max_concurrent_groups,
+    )
     try:
-        service = BufferService(
-            os.path.join(run_dir, "buffer"),
-            host=args.host or b.host,
-            port=b.port if args.port is None else args.port,
-            token=b.token or os.environ.get(TOKEN_ENV, ""),
-            max_staleness=b.max_staleness,
-            batch_groups=b.batch_groups,
-            max_running=max_running,
-            max_memory_groups=b.max_memory_groups,
-            fsync=b.fsync,
-            slot_ttl_s=b.slot_ttl_s,
-            max_group_bytes=int(b.max_group_mb * (1 << 20)),
-        )
+        service = BufferService(os.path.join(run_dir, "buffer"), b)
     except (InsecureBindError, ValueError) as e:
         print(f"areal-mem buffer: {e}", file=sys.stderr)
         return 2

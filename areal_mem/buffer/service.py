@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from ..config.buffer import BufferConfig
 from ..security import check_bind, token_matches
 from ..staleness import StalenessManager
 from .schema import CONTEXT_SCHEMA, SchemaError, concat_groups, validate_group
@@ -69,37 +70,26 @@ def refuse(code: str, message: str) -> flight.FlightServerError:
 
 
 class BufferService(flight.FlightServerBase):
-    def __init__(
-        self,
-        data_dir: str,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        token: str = "",
-        max_staleness: int = 2,
-        batch_groups: int = 8,
-        max_running: int = 16,
-        max_memory_groups: int = 256,
-        fsync: bool = True,
-        slot_ttl_s: float = 0.0,
-        max_group_bytes: int = 256 << 20,
-    ) -> None:
-        check_bind("buffer", host, token)
-        if max_group_bytes <= 0:  # before the store is opened and recovered
-            raise ValueError(f"buffer.max_group_mb must be > 0, got {max_group_bytes / (1 << 20):g}")
-        self.store = GroupStore(data_dir, fsync=fsync)
-        rec = self.store.recover(max_staleness)
+    def __init__(self, data_dir: str, cfg: BufferConfig) -> None:
+        """`cfg.max_running_groups` must be set (the command derives it from the rollout config)."""
+        check_bind("buffer", cfg.host, cfg.token)
+        if cfg.max_group_mb <= 0:  # before the store is opened and recovered
+            raise ValueError(f"buffer.max_group_mb must be > 0, got {cfg.max_group_mb:g}")
+        if cfg.max_running_groups < 1:
+            raise ValueError(f"buffer.max_running_groups must be at least 1, got {cfg.max_running_groups}")
+        self.store = GroupStore(data_dir, fsync=cfg.fsync)
+        rec = self.store.recover(cfg.max_staleness)
         self.staleness = StalenessManager(
-            max_staleness,
-            batch_groups,
-            max_running,
+            cfg.max_staleness,
+            cfg.batch_groups,
+            cfg.max_running_groups,
             version=rec.version,
             trained_batches=rec.acked_batches,
             clock=rec.clock,
         )
-        self.max_memory_groups = max_memory_groups
-        self.max_group_bytes = max_group_bytes
-        self.slot_ttl_s = slot_ttl_s
+        self.max_memory_groups = cfg.max_memory_groups
+        self.max_group_bytes = int(cfg.max_group_mb * (1 << 20))
+        self.slot_ttl_s = cfg.slot_ttl_s
         self._cond = threading.Condition()
         self._pending: Dict[int, GroupEntry] = {e.seq: e for e in rec.pending}
         # Refused if put again: pending or served ids, and done ids until they fall behind the
@@ -125,9 +115,9 @@ class BufferService(flight.FlightServerBase):
             "refused_duplicate": 0,
             "recovered_groups": len(rec.pending),
         }
-        middleware = {"auth": _TokenAuth(token)} if token else {}
-        netloc = f"[{host}]" if ":" in host else host  # an IPv6 address
-        super().__init__(f"grpc://{netloc}:{port}", middleware=middleware)
+        middleware = {"auth": _TokenAuth(cfg.token)} if cfg.token else {}
+        netloc = f"[{cfg.host}]" if ":" in cfg.host else cfg.host  # an IPv6 address
+        super().__init__(f"grpc://{netloc}:{cfg.port}", middleware=middleware)
         self.url = f"grpc://{netloc}:{self.port}"
 
     def shutdown(self) -> None:

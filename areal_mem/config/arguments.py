@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
-from omegaconf import DictConfig
-
-from ..config import load_config
+from .loading import load_run
+from .run import RunConfig
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +21,6 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override one config key")
 
 
-def config_from_args(args: argparse.Namespace, optional: Iterable[str] = ()) -> DictConfig:
-    """The run config of a command; `optional`: required keys this command does not use."""
-    return load_config(args.config, args.overrides, optional=optional)
+def config_from_args(args: argparse.Namespace, optional: Iterable[str] = ()) -> RunConfig:
+    """The typed run config of a command; `optional`: required keys this command does not use."""
+    return load_run(args.config, args.overrides, optional=optional)

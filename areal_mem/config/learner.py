@@ -37,6 +37,22 @@ class ResumeMode(str, Enum):
 
 
 @dataclass
+class LossConfig:
+    """The decoupled PPO loss per token (docs/learner.md "The loss"); `learner.loss.*`."""
+
+    eps_clip_low: float = 0.2
+    eps_clip_high: float = 0.2
+    dual_clip: float = 3.0  # c for A < 0; 0 turns dual clip off
+    decoupled: bool = True  # false: the behaviour policy is the proximal one (plain PPO/GRPO)
+    behav_weight_cap: float = 5.0  # 0 turns the cap off
+    behav_weight_cap_mode: CapMode = CapMode.truncate
+    behav_weight_cap_level: CapLevel = CapLevel.token
+    entropy_coef: float = 0.001
+    kl_coef: float = 0.0  # low_var_kl to the frozen initial model; 0 loads no reference
+    kl_clamp: float = 10.0
+
+
+@dataclass
 class SFTConfig:
     """`areal-mem sft`: supervised warm start on context rows (loss on masked-in tokens)."""
 
@@ -66,23 +82,13 @@ class LearnerConfig:
     gradient_checkpointing: bool = False
     micro_batch_tokens: int = 8192  # padded tokens (rows x longest row) per forward pass
     mini_batches: int = 1  # optimiser updates per batch (PPO epochs over mini-batches)
-    # The decoupled PPO loss (DESIGN.md "The loss").
-    eps_clip_low: float = 0.2
-    eps_clip_high: float = 0.2
-    dual_clip: float = 3.0  # c for A < 0; 0 turns dual clip off
-    decoupled: bool = True  # false: the behaviour policy is the proximal one (plain PPO/GRPO)
-    prox_logp: ProxMode = ProxMode.recompute
-    behav_weight_cap: float = 5.0  # 0 turns the cap off
-    behav_weight_cap_mode: CapMode = CapMode.truncate
-    behav_weight_cap_level: CapLevel = CapLevel.token
+    loss: LossConfig = field(default_factory=LossConfig)
+    prox_logp: ProxMode = ProxMode.recompute  # how the proximal log-probs of the decoupled loss are had
     adv_norm_std: bool = True  # divide group-centred rewards by their unbiased std + 1e-6
     # Train no rows of a group whose rewards are all equal (zero advantage: no policy gradient);
     # faster steps, and the token-mean is over the groups that carry a signal (DAPO). Off as released.
     skip_zero_adv_groups: bool = False
     temperature: float = 1.0  # the rollout temperature: log-probs are of logits / temperature
-    entropy_coef: float = 0.001
-    kl_coef: float = 0.0  # low_var_kl to the frozen initial model; 0 loads no reference
-    kl_clamp: float = 10.0
     # Weights to the generators.
     publisher: PublisherKind = PublisherKind.distributed
     publish_interval: int = 1  # push every N steps

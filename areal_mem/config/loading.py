@@ -60,7 +60,21 @@ def load_config(
     return cfg
 
 
-def save_resolved(cfg: DictConfig, path: Optional[str] = None) -> str:
+def load_run(files: Iterable[str] = (), overrides: Iterable[str] = (), optional: Iterable[str] = ()) -> RunConfig:
+    """`load_config` onto `RunConfig`, converted once into the typed dataclasses every call site takes.
+
+    Required keys named in `optional` that stay unset become "" (a buffer has no `model.path`).
+    Checks that live in the schema's `__post_init__` (e.g. `rollout.limits`) run here."""
+    cfg = load_config(files, overrides, optional=optional)
+    for key in OmegaConf.missing_keys(cfg) & set(optional):
+        OmegaConf.update(cfg, key, "")
+    try:
+        return OmegaConf.to_object(cfg)
+    except ValueError as e:
+        raise ConfigError(_first_line(e)) from None
+
+
+def save_resolved(cfg: RunConfig, path: Optional[str] = None) -> str:
     """Write the resolved config (interpolations filled in) to `<run_dir>/config.yaml`.
 
     Tokens are left out of the file and exported to this process's environment instead,
@@ -75,7 +89,7 @@ def save_resolved(cfg: DictConfig, path: Optional[str] = None) -> str:
     return path
 
 
-def to_yaml(cfg: DictConfig) -> str:
+def to_yaml(cfg: RunConfig) -> str:
     """The resolved config as YAML, tokens left out (it is printed and logged)."""
     from ..security import redact_tokens
 

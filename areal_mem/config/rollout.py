@@ -1,6 +1,6 @@
-"""Rollout workers and the episode limits of a workflow."""
+"""Rollout workers and the episode limits of a workflow (the workflows take `RolloutLimits` as it is)."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Dict, List
 
@@ -13,6 +13,21 @@ class PromptStyle(str, Enum):
 class AnswerMetric(str, Enum):
     f1 = "f1"  # as released
     em = "em"
+
+
+@dataclass
+class RolloutLimits:
+    """What ends an episode (`rollout.limits.*`); ASearcher trains with up to 128 turns, so none is a constant."""
+
+    max_turns: int = 5
+    max_new_tokens: int = 512  # per generation (action or memory)
+    max_memory_tokens: int = 1024  # a longer memory ends the trajectory
+    max_context_tokens: int = 4096  # prompt + response of one context
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if getattr(self, f.name) < 1:
+                raise ValueError(f"rollout.limits.{f.name} must be at least 1, got {getattr(self, f.name)}")
 
 
 @dataclass
@@ -30,10 +45,7 @@ class RolloutConfig:
     num_workers: int = 1
     group_size: int = 5
     max_concurrent_groups: int = 16
-    max_turns: int = 5
-    max_new_tokens: int = 512  # per generation (action or memory)
-    max_memory_tokens: int = 1024  # a longer memory ends the trajectory
-    max_context_tokens: int = 4096  # prompt + response of one context
+    limits: RolloutLimits = field(default_factory=RolloutLimits)
     temperature: float = 1.0
     top_p: float = 0.99
     top_n: int = 5  # wikipedia_search default when the call gives none (the schema's; released server: 10)

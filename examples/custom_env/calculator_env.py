@@ -14,6 +14,7 @@ import json
 import operator
 from typing import Any, Dict
 
+from areal_mem.config.rollout import RolloutConfig
 from rollout.rewards.answer import extract_boxed
 from rollout.tools.base import Tool, ToolBuild, ToolError
 from rollout.workflows.react import ReActWorkflow
@@ -82,7 +83,7 @@ def make_tool(build: ToolBuild) -> CalculatorTool:
     return CalculatorTool(precision=int(build.args.get("precision", 6)))
 
 
-def make_reward(rollout: Any):
+def make_reward(rollout: RolloutConfig):
     def reward(message: str, task: Any) -> float:
         answer = extract_boxed(message)
         try:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import aiohttp
 
+from areal_mem.config.generator import GeneratorConfig
 from areal_mem.generation import GenerationResult, GeneratorError, SamplingParams
 from areal_mem.security import auth_headers
 
@@ -399,7 +400,7 @@ class GeneratorClient:
         await self.close()
 
 
-def client_from_config(cfg, urls: Optional[Sequence[str]] = None, **hooks) -> GeneratorClient:
+def client_from_config(cfg: GeneratorConfig, urls: Optional[Sequence[str]] = None, **hooks) -> GeneratorClient:
     """A client for `urls` (default `cfg.urls`) with a `GeneratorConfig`'s timeouts and retries."""
     return GeneratorClient(
         list(urls or cfg.urls),

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 
+from areal_mem.config import RunConfig
+from areal_mem.config.generator import GeneratorBackend
+
 HELP = "generator servers (subcommand: serve): the embedded PyTorch server or SGLang"
 
 
@@ -51,18 +54,16 @@ def run(args: argparse.Namespace) -> int:
     import signal
     import sys
 
-    from omegaconf import OmegaConf
-
-    from areal_mem.config import ConfigError, load_config
+    from areal_mem.config import ConfigError, load_run
     from areal_mem.process import write_ready_file
     from areal_mem.security import InsecureBindError, check_bind
 
     from .client import TOKEN_ENV
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    cfg = load_config(args.config, args.overrides, optional=["model.path"])
+    cfg = load_run(args.config, args.overrides, optional=["model.path"])
     g = cfg.generator
-    model = args.model or OmegaConf.select(cfg, "model.path", default="")
+    model = args.model or cfg.model.path
     if not model:
         raise ConfigError("no model: pass --model PATH or set model.path")
     host = args.host or g.host
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     except InsecureBindError as e:
         print(f"areal-mem generator: {e}", file=sys.stderr)
         return 2
-    if g.backend == "sglang":
+    if g.backend == GeneratorBackend.sglang:
         return _serve_sglang(model, host, port, token, list(g.sglang_args), g.startup_timeout_s, args.ready_file)
 
     import torch
@@ -114,16 +115,14 @@ def run(args: argparse.Namespace) -> int:
     os._exit(0)
 
 
-def _weights_dirs(cfg, model: str) -> list:
+def _weights_dirs(cfg: RunConfig, model: str) -> list:
     """Where /update_weights_from_disk may load: `generator.weights_dirs`, else the served model,
     `model.path` and the disk publisher's `<run_dir>/weights` (a restart serves a push from there)."""
     import os
 
-    from omegaconf import OmegaConf
-
     if cfg.generator.weights_dirs:
         return list(cfg.generator.weights_dirs)
-    base = OmegaConf.select(cfg, "model.path", default="") or model
+    base = cfg.model.path or model
     return [model, base, os.path.join(cfg.run_dir, "weights")]
 
 

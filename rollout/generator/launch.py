@@ -17,6 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import List, Sequence
 
+from areal_mem.config.generator import GeneratorBackend, GeneratorConfig
 from areal_mem.net import free_port
 from areal_mem.process import ChildProcess, cli_command, ready_file_path, wait_ready, wait_until
 from areal_mem.security import auth_headers, check_bind
@@ -160,9 +161,9 @@ def start_sglang_servers(
     return handles
 
 
-def start_generators(cfg, model_path: str) -> List[ServerHandle]:
+def start_generators(cfg: GeneratorConfig, model_path: str) -> List[ServerHandle]:
     """`cfg.num_servers` servers of `cfg.backend` (a `GeneratorConfig`), all healthy on return."""
-    if cfg.backend == "sglang":
+    if cfg.backend == GeneratorBackend.sglang:
         return start_sglang_servers(
             model_path, cfg.num_servers, cfg.host, cfg.port, cfg.token, list(cfg.sglang_args), cfg.startup_timeout_s
         )

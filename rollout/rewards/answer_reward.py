@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from areal_mem.config.rollout import RolloutConfig
+
 from ..tools.calls import CLOSE, OPEN, find_tool_calls, tags_balanced
 from .answer import extract_boxed
 from .metrics import exact_match, f1_score
@@ -50,6 +52,5 @@ class AnswerReward:
         return score if score > 0 else self.format_score
 
 
-def from_config(rollout: Any) -> AnswerReward:
-    metric = getattr(rollout.reward_metric, "value", rollout.reward_metric)
-    return AnswerReward(metric=str(metric), format_score=float(rollout.format_score))
+def from_config(rollout: RolloutConfig) -> AnswerReward:
+    return AnswerReward(metric=rollout.reward_metric.value, format_score=rollout.format_score)

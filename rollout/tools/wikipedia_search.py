@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from .base import Tool, ToolBuild, ToolError
+from .base import SearchBackend, Tool, ToolBuild, ToolError
 
 SCHEMA: Dict[str, Any] = {
     "type": "function",
@@ -38,7 +38,9 @@ class WikipediaSearchTool(Tool):
     name = "wikipedia_search"
     schema = SCHEMA
 
-    def __init__(self, retriever: Any, default_top_n: int = 5, max_top_n: int = 20, separator: str = "\n") -> None:
+    def __init__(
+        self, retriever: SearchBackend, default_top_n: int = 5, max_top_n: int = 20, separator: str = "\n"
+    ) -> None:
         self.retriever = retriever
         self.default_top_n = default_top_n
         self.max_top_n = max_top_n

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
+from areal_mem.config.rollout import RolloutLimits
 from areal_mem.data.task import Task
 from areal_mem.generation import GenerationResult, SamplingParams
 from areal_mem.trajectory import Trajectory
@@ -38,19 +39,6 @@ class Generator(Protocol):
 
 
 @dataclass
-class Limits:
-    max_turns: int = 5
-    max_new_tokens: int = 512  # per generation
-    max_memory_tokens: int = 1024
-    max_context_tokens: int = 4096  # prompt + response of one context
-
-    def __post_init__(self) -> None:
-        for name in ("max_turns", "max_new_tokens", "max_memory_tokens", "max_context_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"rollout.{name} must be at least 1, got {getattr(self, name)}")
-
-
-@dataclass
 class WorkflowContext:
     """Everything an episode may use; the worker builds one per run (see `setup.build_context`)."""
 
@@ -59,7 +47,7 @@ class WorkflowContext:
     tools: Dict[str, Tool]
     reward: RewardFn
     sampling: SamplingParams  # temperature, top_p...; the workflow sets max_new_tokens and stops
-    limits: Limits = field(default_factory=Limits)
+    limits: RolloutLimits = field(default_factory=RolloutLimits)
     prompt_template: str = ""  # empty: the workflow's default prompt
     tool_timeout_s: float = 30.0
     options: Dict[str, Any] = field(default_factory=dict)  # rollout.workflow_args

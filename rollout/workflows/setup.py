@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Dict, Optional
 
 from areal_mem.config import ConfigError
+from areal_mem.config.rollout import PromptStyle, RolloutConfig
 from areal_mem.generation import SamplingParams
 from rollout import registry
-from rollout.tools.base import Tool, ToolBuild
+from rollout.tools.base import SearchBackend, Tool, ToolBuild
 
-from .base import Generator, Limits, RewardFn, Workflow, WorkflowContext
+from .base import Generator, RewardFn, Workflow, WorkflowContext
 from .tokens import packaged_prompt
 
 
@@ -22,7 +24,7 @@ def build_workflow(name: str) -> Workflow:
     return workflow
 
 
-def build_tools(rollout: Any, retriever: Optional[Any]) -> Dict[str, Tool]:
+def build_tools(rollout: RolloutConfig, retriever: Optional[SearchBackend]) -> Dict[str, Tool]:
     tools: Dict[str, Tool] = {}
     for name in rollout.tools:
         args = dict(rollout.tool_args.get(name, {}) or {})
@@ -33,11 +35,11 @@ def build_tools(rollout: Any, retriever: Optional[Any]) -> Dict[str, Tool]:
     return tools
 
 
-def build_reward(rollout: Any) -> RewardFn:
+def build_reward(rollout: RolloutConfig) -> RewardFn:
     return registry.resolve("reward", rollout.reward)(rollout)
 
 
-def prompt_template(rollout: Any, workflow: Workflow) -> str:
+def prompt_template(rollout: RolloutConfig, workflow: Workflow) -> str:
     """`rollout.prompt_file`, else the packaged template of the workflow's `prompt_style`, else ''."""
     if rollout.prompt_file:
         if not os.path.isfile(rollout.prompt_file):
@@ -45,18 +47,17 @@ def prompt_template(rollout: Any, workflow: Workflow) -> str:
         with open(rollout.prompt_file, encoding="utf-8") as f:
             return f.read()
     default = getattr(workflow, "default_prompt", "")
-    style = getattr(rollout.prompt_style, "value", rollout.prompt_style)
-    if not default or style == "released":
+    if not default or rollout.prompt_style == PromptStyle.released:
         return ""
-    return packaged_prompt(default.replace(".txt", f"_{style}.txt"))
+    return packaged_prompt(default.replace(".txt", f"_{rollout.prompt_style.value}.txt"))
 
 
 def build_context(
-    rollout: Any,
+    rollout: RolloutConfig,
     workflow: Workflow,
     generator: Generator,
     tokenizer: Any,
-    retriever: Optional[Any] = None,
+    retriever: Optional[SearchBackend] = None,
     max_turns: Optional[int] = None,
     temperature: Optional[float] = None,
 ) -> WorkflowContext:
@@ -68,12 +69,7 @@ def build_context(
         tools=build_tools(rollout, retriever),
         reward=build_reward(rollout),
         sampling=SamplingParams(temperature=temp, top_p=rollout.top_p if temp > 0 else 1.0),
-        limits=Limits(
-            max_turns=max_turns or rollout.max_turns,
-            max_new_tokens=rollout.max_new_tokens,
-            max_memory_tokens=rollout.max_memory_tokens,
-            max_context_tokens=rollout.max_context_tokens,
-        ),
+        limits=replace(rollout.limits, max_turns=max_turns) if max_turns else rollout.limits,
         prompt_template=prompt_template(rollout, workflow),
         tool_timeout_s=rollout.tool_timeout_s,
         options=dict(rollout.workflow_args or {}),

@@ -7,11 +7,11 @@ import pytest
 from areal_mem.app.bench import arms
 from areal_mem.app.cli import main, pin_cpus
 from areal_mem.app.launch.plan import AFFINITY_ENV, Addresses, learner_specs, service_specs, worker_specs
-from areal_mem.config import ConfigError, load_config
+from areal_mem.config import ConfigError, load_run
 
 
 def _cfg(*overrides):
-    return load_config([], ["model.path=m", *overrides])
+    return load_run([], ["model.path=m", *overrides])
 
 
 def test_specs_carry_the_cpus_of_their_role():

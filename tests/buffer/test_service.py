@@ -15,6 +15,7 @@ import pytest
 from areal_mem.buffer import BufferRefusedError, group_to_table
 from areal_mem.buffer.schema import concat_groups
 from areal_mem.buffer.service import BufferService
+from areal_mem.config.buffer import BufferConfig
 from areal_mem.net import free_port
 from areal_mem.security import InsecureBindError
 
@@ -213,7 +214,7 @@ def test_token_is_required_when_set(serve):
 
 def test_non_loopback_bind_without_token_refuses_to_start(tmp_path):
     with pytest.raises(InsecureBindError, match="refusing to bind '0.0.0.0'"):
-        BufferService(str(tmp_path), host="0.0.0.0")
+        BufferService(str(tmp_path), BufferConfig(host="0.0.0.0", max_running_groups=16))
 
 
 def test_crash_after_puts_and_an_unacked_get_loses_nothing(serve, tmp_path):

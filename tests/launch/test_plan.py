@@ -3,11 +3,11 @@
 import pytest
 
 from areal_mem.app.launch.plan import Addresses, learner_specs, service_specs, worker_specs
-from areal_mem.config import ConfigError, load_config
+from areal_mem.config import ConfigError, load_run
 
 
 def plan_cfg(*overrides):
-    return load_config([], ["model.path=m", *overrides])
+    return load_run([], ["model.path=m", *overrides])
 
 
 def test_gpu_split_between_generators_and_learner_ranks():

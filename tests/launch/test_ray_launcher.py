@@ -13,7 +13,7 @@ ray = pytest.importorskip("ray")
 from areal_mem.app.launch.plan import ProcessSpec  # noqa: E402
 from areal_mem.app.launch.ray_launcher import RayLauncher  # noqa: E402
 from areal_mem.buffer.client import BufferClient  # noqa: E402
-from areal_mem.config import load_config, save_resolved  # noqa: E402
+from areal_mem.config import load_run, save_resolved  # noqa: E402
 from areal_mem.trajectory import Context, Group, Trajectory  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,7 +29,7 @@ def local_ray():
 
 
 def only_buffer(tmp_path, *overrides):
-    cfg = load_config(
+    cfg = load_run(
         [os.path.join(REPO, "configs", "debug_cpu.yaml")],
         [
             f"run_dir={tmp_path / 'run'}",

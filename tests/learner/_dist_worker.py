@@ -10,7 +10,7 @@ import sys
 import torch
 from safetensors.torch import save_file
 
-from areal_mem.config.learner import LearnerConfig
+from areal_mem.config.learner import LearnerConfig, LossConfig
 from learner.batch import TrainRow
 from learner.engine import LearnerEngine
 
@@ -50,11 +50,15 @@ def main():
     model_dir, out_prefix, stage = sys.argv[1], sys.argv[2], int(sys.argv[3])
     for mini in map(int, sys.argv[4].split(",")):
         cfg = LearnerConfig(
-            lr=1e-3, zero_stage=stage, micro_batch_tokens=48, mini_batches=mini, entropy_coef=0.01, behav_weight_cap=5.0
+            lr=1e-3,
+            zero_stage=stage,
+            micro_batch_tokens=48,
+            mini_batches=mini,
+            loss=LossConfig(entropy_coef=0.01, behav_weight_cap=5.0),
         )
         eng = LearnerEngine(model_dir, cfg)
         rows = fixed_rows(eng.engine.module.config.vocab_size)
-        expected = plain_loss(model_dir, rows, eng.loss_cfg) if eng.world == 1 else None
+        expected = plain_loss(model_dir, rows, eng.cfg.loss) if eng.world == 1 else None
         m = eng.train_step(rows, version=0)
         weights = {n: t.cpu().clone().contiguous() for n, t in eng.named_weights()}
         if eng.rank == 0:

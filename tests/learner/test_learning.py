@@ -34,7 +34,7 @@ def _learner(run_dir, model_dir, buffer_url, gen_url, log_path):
         "buffer.batch_groups=8",
         "learner.steps=40",
         "learner.lr=3e-2",
-        "learner.entropy_coef=0",
+        "learner.loss.entropy_coef=0",
         "learner.checkpoint_interval=3",
         "learner.probe_check=true",
         "learner.export_hf=false",

@@ -5,12 +5,11 @@ import math
 import pytest
 import torch
 
-from areal_mem.config.learner import CapLevel, CapMode
+from areal_mem.config.learner import CapLevel, CapMode, LossConfig
 from areal_mem.trajectory import Context, Group, Trajectory
 from learner.advantages import group_advantages, group_context_advantages
 from learner.batch import TrainRow, collate, rows_from_groups
 from learner.loss import (
-    PPOLossConfig,
     behaviour_weights,
     loglinear_prox_logp,
     low_var_kl,
@@ -72,7 +71,7 @@ def _loss(logp, prox, behav, adv, mask=None, **kw):
         return torch.tensor(x, dtype=torch.float)
 
     mask = t(mask if mask is not None else [1.0] * len(logp))
-    cfg = PPOLossConfig(**kw)
+    cfg = LossConfig(**kw)
     return ppo_token_loss(t(logp), t(prox), t(behav), t(adv), mask, cfg)
 
 
@@ -156,7 +155,7 @@ def test_masked_tokens_contribute_zero_gradient_and_token_mean_over_contexts():
     assert b["loss_mask"].tolist() == [[0, 1, 0, 1], [1, 1, 0, 0]]
     logits = torch.randn(2, 4, 12, requires_grad=True)
     logp, ent = token_logp_entropy(logits, b["labels"])
-    cfg = PPOLossConfig(entropy_coef=0.01)
+    cfg = LossConfig(entropy_coef=0.01)
     per_tok, _ = ppo_token_loss(logp, logp.detach(), b["behav_logp"], b["advantages"], b["loss_mask"], cfg, entropy=ent)
     loss = per_tok.sum() / b["loss_mask"].sum()
     loss.backward()

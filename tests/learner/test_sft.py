@@ -52,7 +52,7 @@ def test_sft_learns_only_masked_in_tokens(tiny_model_dir, tmp_path):
         "learner.sft.epochs=6",
         "learner.sft.batch_rows=4",
         "learner.sft.lr=1e-2",
-        "learner.entropy_coef=0",
+        "learner.loss.entropy_coef=0",
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)

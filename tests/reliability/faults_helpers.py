@@ -10,7 +10,7 @@ import os
 
 import psutil
 
-from areal_mem.config import load_config
+from areal_mem.config import load_run
 from rollout.tools.calls import find_tool_calls
 from rollout.tools.execute import execute_calls, render_tool_responses
 from rollout.workflows.memsearcher import MEMORY_INSTRUCTION, MemSearcherWorkflow, tool_turn_text
@@ -24,7 +24,7 @@ FAULTS_FIRST = ["launcher.max_restarts=5", "learner.checkpoint_interval=2", "lea
 
 def fault_cfg(run_dir, *overrides):
     """configs/debug_cpu.yaml at the TINY size of the launcher tests, in `run_dir`."""
-    return load_config(
+    return load_run(
         [os.path.join(REPO, "configs", "debug_cpu.yaml")], [f"run_dir={run_dir}", *TINY, *FAULTS_FIRST, *overrides]
     )
 

@@ -11,6 +11,7 @@ from areal_mem.app.launch.local import check_extension_locks
 from areal_mem.buffer.schema import group_to_table
 from areal_mem.buffer.service import BufferService
 from areal_mem.buffer.store import GroupStore
+from areal_mem.config.buffer import BufferConfig
 from areal_mem.net import free_port
 from tests.buffer.conftest import make_group
 
@@ -38,7 +39,9 @@ def test_a_batch_trained_across_a_buffer_restart_is_acked_once(tmp_path):
 def test_done_ids_past_the_staleness_horizon_are_forgotten(tmp_path):
     from areal_mem.buffer.client import BufferClient
 
-    svc = BufferService(str(tmp_path), max_staleness=1, batch_groups=2, max_running=4, fsync=False)
+    svc = BufferService(
+        str(tmp_path), BufferConfig(max_staleness=1, batch_groups=2, max_running_groups=4, fsync=False, slot_ttl_s=0)
+    )
     client = BufferClient(svc.url)
     try:
         for gid, start in (("old", 1), ("new", 2)):

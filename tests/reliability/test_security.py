@@ -209,13 +209,13 @@ def test_update_weights_from_disk_loads_only_inside_the_configured_folders(gener
 
 def test_default_weights_folders_cover_the_disk_publisher_and_restarts(tmp_path):
     from areal_mem.app.launch.local import latest_weights
-    from areal_mem.config import load_config
+    from areal_mem.config import load_run
     from areal_mem.config.learner import LearnerConfig, PublisherKind
     from learner.publishers import make_publisher
     from rollout.generator.command import _weights_dirs
     from rollout.generator.server import ForbiddenPath, allowed_path
 
-    cfg = load_config(overrides=[f"run_dir={tmp_path}/run", f"model.path={tmp_path}/model"])
+    cfg = load_run(overrides=[f"run_dir={tmp_path}/run", f"model.path={tmp_path}/model"])
     dirs = _weights_dirs(cfg, cfg.model.path)
     publisher = make_publisher(LearnerConfig(publisher=PublisherKind.disk), SimpleNamespace(rank=1), None, cfg.run_dir)
     push = publisher.path(7)
@@ -229,7 +229,7 @@ def test_default_weights_folders_cover_the_disk_publisher_and_restarts(tmp_path)
     assert allowed_path(publisher.path(8), _weights_dirs(cfg, restart_model))
     with pytest.raises(ForbiddenPath, match="weights_dirs"):
         allowed_path(str(tmp_path / "elsewhere"), dirs)
-    only = load_config(overrides=[f"model.path={tmp_path}/model", f"generator.weights_dirs=[{tmp_path}/w]"])
+    only = load_run(overrides=[f"model.path={tmp_path}/model", f"generator.weights_dirs=[{tmp_path}/w]"])
     assert _weights_dirs(only, only.model.path) == [f"{tmp_path}/w"]
 
 
@@ -288,14 +288,14 @@ def test_tokens_reach_no_log_command_line_or_written_config(
     assert token not in (tmp_path / "run" / "config.yaml").read_text()
 
     from areal_mem.app.train import TrainPipeline
-    from areal_mem.config import load_config
+    from areal_mem.config import load_run
 
     with mock.patch.dict(os.environ, clear=False):
-        cfg = load_config([str(cfg_file)], [f"run_dir={tmp_path}/train", "model.path=/m"])
+        cfg = load_run([str(cfg_file)], [f"run_dir={tmp_path}/train", "model.path=/m"])
         pipeline = TrainPipeline(cfg, evaluate=False)
         assert token not in open(pipeline.config_path).read()
         assert all(os.environ[token_env(s)] == token for s in SERVICES)  # what its children inherit
-        reread = load_config([pipeline.config_path])
+        reread = load_run([pipeline.config_path])
         from areal_mem.buffer.client import BufferClient
 
         assert reread.buffer.token == "" and BufferClient("grpc://127.0.0.1:1").token == token

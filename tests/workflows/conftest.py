@@ -103,9 +103,10 @@ def task():
 
 @pytest.fixture
 def make_ctx(tokenizer, retriever):
+    from areal_mem.config.rollout import RolloutLimits
     from rollout.rewards.answer_reward import AnswerReward
     from rollout.tools.wikipedia_search import WikipediaSearchTool
-    from rollout.workflows.base import Limits, WorkflowContext
+    from rollout.workflows.base import WorkflowContext
 
     def make(generator, backend=None, prompt_template: str = "", tool_timeout_s: float = 5.0, **limits):
         tool = WikipediaSearchTool(backend or retriever, default_top_n=5, max_top_n=20)
@@ -115,7 +116,7 @@ def make_ctx(tokenizer, retriever):
             tools={tool.name: tool},
             reward=AnswerReward(),
             sampling=SamplingParams(temperature=1.0, top_p=0.99),
-            limits=Limits(**limits),
+            limits=RolloutLimits(**limits),
             prompt_template=prompt_template,
             tool_timeout_s=tool_timeout_s,
         )

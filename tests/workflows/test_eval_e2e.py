@@ -33,7 +33,7 @@ def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, c
         f"world.dir={world_dir}",
         f"run_dir={tmp_path}",
         "retriever.kind=bm25",
-        "rollout.max_new_tokens=48",
+        "rollout.limits.max_new_tokens=48",
         "rollout.prompt_style=short",
         "generator.device=cpu",
     ]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 from areal_mem.app.demonstrations import write_demonstrations
-from areal_mem.config import load_config
+from areal_mem.config import load_run
 from learner.sft_data import read_rows
 from rollout.oracle import read_context, split_documents
 
 
 def _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path):
-    return load_config(
+    return load_run(
         [],
         [
             f"model.path={tiny_model_dir}",

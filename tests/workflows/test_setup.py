@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from areal_mem.config import ConfigError, load_config
+from areal_mem.config import ConfigError, load_run
 from rollout.workflows import build_context, build_workflow
 from rollout.workflows.tokens import packaged_prompt
 
 
 def _rollout(*overrides):
-    return load_config([], ["model.path=unused", *overrides]).rollout
+    return load_run([], ["model.path=unused", *overrides]).rollout
 
 
 def test_prompt_style_and_file(tmp_path, tokenizer, retriever):
@@ -28,13 +28,13 @@ def test_prompt_style_and_file(tmp_path, tokenizer, retriever):
 
 def test_sampling_limits_and_eval_overrides(tokenizer, retriever):
     ms = build_workflow("memsearcher")
-    ctx = build_context(_rollout("rollout.max_memory_tokens=64"), ms, None, tokenizer, retriever)
+    ctx = build_context(_rollout("rollout.limits.max_memory_tokens=64"), ms, None, tokenizer, retriever)
     assert (ctx.sampling.temperature, ctx.sampling.top_p) == (1.0, 0.99)
     assert (ctx.limits.max_turns, ctx.limits.max_memory_tokens) == (5, 64)
     assert set(ctx.tools) == {"wikipedia_search"} and ctx.tools["wikipedia_search"].default_top_n == 5
     greedy = build_context(_rollout(), ms, None, tokenizer, retriever, max_turns=20, temperature=0.0)
     assert (greedy.sampling.temperature, greedy.sampling.top_p, greedy.limits.max_turns) == (0.0, 1.0, 20)
-    with pytest.raises(ValueError, match="rollout.max_turns must be at least 1, got 0"):
-        build_context(_rollout("rollout.max_turns=0"), ms, None, tokenizer, retriever)
+    with pytest.raises(ValueError, match="rollout.limits.max_turns must be at least 1, got 0"):
+        build_context(_rollout("rollout.limits.max_turns=0"), ms, None, tokenizer, retriever)
     with pytest.raises(ValueError, match="the wikipedia_search tool needs a retriever"):
         build_context(_rollout(), ms, None, tokenizer, None)

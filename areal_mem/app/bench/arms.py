@@ -62,11 +62,11 @@ def prepare_start(
             if not os.path.exists(os.path.join(path, marker)):
                 raise ConfigError(f"--start-from {start_from}: {os.path.join(path, marker)} is missing")
         return start
-    from areal_mem.config import load_config
+    from areal_mem.config import load_run
 
     from ..train import TrainPipeline
 
-    cfg = load_config([config], [*overrides, f"run_dir={out_dir}", f"learner.sft.warm_start={sft}"])
+    cfg = load_run([config], [*overrides, f"run_dir={out_dir}", f"learner.sft.warm_start={sft}"])
     pipeline = TrainPipeline(cfg, evaluate=False)
     pipeline.prepare()
     return Start(cfg.world.dir, cfg.retriever.index_dir, pipeline.warm_start())
@@ -343,7 +343,7 @@ def arm_overrides(args, eta: int, decoupled: bool = True) -> List[str]:
         *args.overrides,
         *affinity_overrides(args.affinity),
         f"buffer.max_staleness={eta}",
-        f"learner.decoupled={str(decoupled).lower()}",
+        f"learner.loss.decoupled={str(decoupled).lower()}",
         f"learner.steps={args.steps}",
         "learner.checkpoint_interval=1000000",
     ]

@@ -22,6 +22,7 @@ import re
 from collections import defaultdict
 from typing import Dict, List, Optional
 
+from areal_mem.config.rollout import RolloutConfig
 from areal_mem.generation import GenerationResult, SamplingParams
 
 from .output import command_line, markdown_table, new_figure, save_figure, write_json
@@ -66,17 +67,20 @@ class AlwaysSearchPolicy:
         return GenerationResult(ids, [0.0] * len(ids), [0] * len(ids), "stop", prompt_tokens=len(input_ids))
 
 
-async def run_workflows(world: str, model: str, retriever_url: str, questions: int, turns: int, rollout=None) -> dict:
+async def run_workflows(
+    world: str, model: str, retriever_url: str, questions: int, turns: int, rollout: Optional[RolloutConfig] = None
+) -> dict:
     """workflow name -> its trajectories on the first `questions` dev questions; the prompts of
     the `rollout` config (`prompt_style`, `prompt_file`), else the released ones."""
     from transformers import AutoTokenizer
 
+    from areal_mem.config.rollout import RolloutLimits
     from areal_mem.data import read_tasks
     from retriever.client import RetrieverClient
     from rollout.oracle import corpus_titles
     from rollout.rewards.answer_reward import AnswerReward
     from rollout.tools.wikipedia_search import WikipediaSearchTool
-    from rollout.workflows.base import Limits, WorkflowContext
+    from rollout.workflows.base import WorkflowContext
     from rollout.workflows.memsearcher import MemSearcherWorkflow
     from rollout.workflows.react import ReActWorkflow
     from rollout.workflows.setup import prompt_template
@@ -94,7 +98,7 @@ async def run_workflows(world: str, model: str, retriever_url: str, questions: i
                 tools={tool.name: tool},
                 reward=AnswerReward(),
                 sampling=SamplingParams(temperature=0.0),
-                limits=Limits(max_turns=turns + 1, max_context_tokens=1 << 20),
+                limits=RolloutLimits(max_turns=turns + 1, max_context_tokens=1 << 20),
                 prompt_template=prompt_template(rollout, workflow) if rollout is not None else "",
             )
             out[workflow.name] = await asyncio.gather(
@@ -252,10 +256,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def measure(args, start) -> dict:
-    from areal_mem.config import load_config
+    from areal_mem.config import load_run
     from retriever.launch import start_retriever
 
-    cfg = load_config([args.config], [*args.overrides, *start.overrides()])
+    cfg = load_run([args.config], [*args.overrides, *start.overrides()])
     work = os.path.join(args.run_dir, "memory")
     os.makedirs(work, exist_ok=True)
     with start_retriever(start.index) as handle:
@@ -273,7 +277,7 @@ def measure(args, start) -> dict:
         "questions": args.questions,
         "turns": args.turns,
         "micro_batch_tokens": cfg.learner.micro_batch_tokens,
-        "prompt_style": str(getattr(cfg.rollout.prompt_style, "value", cfg.rollout.prompt_style)),
+        "prompt_style": cfg.rollout.prompt_style.value,
         "turn_table": rows,
         "workflows": workflows,
         "command": command_line(),

@@ -34,6 +34,8 @@ from typing import Callable, Dict, List, Sequence
 
 import pyarrow as pa
 
+from areal_mem.config import RunConfig
+
 from .arms import DEFAULT_CONFIG
 from .output import command_line, markdown_table, write_json
 
@@ -106,7 +108,7 @@ class FaultInjector:
         return {c.name: c.restarts for c in procs if c.restarts}
 
 
-def run_rl(cfg, on_tick: Callable[[FaultInjector], None], stall_s: float = 10.0) -> FaultInjector:
+def run_rl(cfg: RunConfig, on_tick: Callable[[FaultInjector], None], stall_s: float = 10.0) -> FaultInjector:
     """`areal-mem train`'s preparation and RL stage of `cfg` (no evaluation), calling
     `on_tick(injector)` at every supervision tick. Raises SystemExit if the learner fails."""
     from ..train import TrainPipeline

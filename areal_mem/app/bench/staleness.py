@@ -1,5 +1,5 @@
 """`areal-mem bench staleness`: reward curves at eta 0, 2, 4, 8 with the decoupled loss and with
-plain PPO (`learner.decoupled=false`: the behaviour policy is the proximal one), one plot.
+plain PPO (`learner.loss.decoupled=false`: the behaviour policy is the proximal one), one plot.
 
 Arms with the same command line as `bench async`'s are shared (`arms.run_arm`).
 """

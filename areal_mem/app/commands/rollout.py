@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 
+from areal_mem.config import RunConfig
 from areal_mem.config.arguments import add_config_arguments, config_from_args
 
 HELP = "run one rollout worker (episodes -> groups -> replay buffer)"
@@ -26,11 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-groups", type=int, default=0, help="stop after this many (0: run on)")
 
 
-def train_data_path(cfg) -> str:
+def train_data_path(cfg: RunConfig) -> str:
     return cfg.rollout.data or os.path.join(cfg.world.dir, "train.jsonl")
 
 
-async def _main(cfg, args) -> int:
+async def _main(cfg: RunConfig, args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from areal_mem.buffer.client import BufferClient

@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any, Dict, List, Tuple
 
+from areal_mem.config import RunConfig
 from areal_mem.data import read_tasks
 from areal_mem.data.task import Task
 
@@ -15,13 +16,13 @@ from .services import eval_services
 from .summary import summarize
 
 
-def eval_tasks(cfg) -> Tuple[str, List[Task]]:
+def eval_tasks(cfg: RunConfig) -> Tuple[str, List[Task]]:
     path = cfg.eval.data or os.path.join(cfg.world.dir, "test.jsonl")
     tasks = read_tasks(path)
     return path, tasks[: cfg.eval.limit] if cfg.eval.limit else tasks
 
 
-def run_eval(cfg, progress: bool = True) -> Tuple[Dict[str, Any], str]:
+def run_eval(cfg: RunConfig, progress: bool = True) -> Tuple[Dict[str, Any], str]:
     """Writes `results.jsonl` and `summary.json` into the output folder; returns (summary, folder)."""
     from transformers import AutoTokenizer
 
@@ -42,7 +43,7 @@ def run_eval(cfg, progress: bool = True) -> Tuple[Dict[str, Any], str]:
     return summary, out_dir
 
 
-async def _run(cfg, workflow, tokenizer, tasks, gen_urls, ret_urls, out_dir, progress):
+async def _run(cfg: RunConfig, workflow, tokenizer, tasks, gen_urls, ret_urls, out_dir, progress):
     from retriever.client import RetrieverClient
     from rollout.generator.client import client_from_config
     from rollout.workflows import build_context

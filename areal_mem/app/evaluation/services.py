@@ -12,13 +12,14 @@ import logging
 import os
 from typing import Iterator, List, Tuple
 
-from omegaconf import OmegaConf
+from areal_mem.config import RunConfig
+from areal_mem.config.generator import GeneratorBackend
 
 log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def eval_services(cfg) -> Iterator[Tuple[List[str], List[str]]]:
+def eval_services(cfg: RunConfig) -> Iterator[Tuple[List[str], List[str]]]:
     """Yield (generator urls, retriever urls); servers started here are stopped on exit."""
     with contextlib.ExitStack() as stack:
         gen_urls = list(cfg.generator.urls) or _start_generators(cfg, stack)
@@ -27,17 +28,17 @@ def eval_services(cfg) -> Iterator[Tuple[List[str], List[str]]]:
 
 
 @contextlib.contextmanager
-def retriever_service(cfg) -> Iterator[List[str]]:
+def retriever_service(cfg: RunConfig) -> Iterator[List[str]]:
     """Yield the retriever urls, starting one over the world's corpus when none is configured."""
     with contextlib.ExitStack() as stack:
         yield list(cfg.retriever.urls) or _start_retriever(cfg, stack)
 
 
-def _start_generators(cfg, stack: contextlib.ExitStack) -> List[str]:
+def _start_generators(cfg: RunConfig, stack: contextlib.ExitStack) -> List[str]:
     from rollout.generator.launch import start_embedded_generator, start_sglang_servers
 
     g = cfg.generator
-    if getattr(g.backend, "value", g.backend) == "sglang":
+    if g.backend == GeneratorBackend.sglang:
         handles = start_sglang_servers(
             cfg.model.path,
             num_servers=g.num_servers,
@@ -69,7 +70,7 @@ def _start_generators(cfg, stack: contextlib.ExitStack) -> List[str]:
     return [h.url for h in handles]
 
 
-def _start_retriever(cfg, stack: contextlib.ExitStack) -> List[str]:
+def _start_retriever(cfg: RunConfig, stack: contextlib.ExitStack) -> List[str]:
     from retriever.build import build_index
     from retriever.launch import start_retriever
     from retriever.manifest import MANIFEST
@@ -83,7 +84,7 @@ def _start_retriever(cfg, stack: contextlib.ExitStack) -> List[str]:
                 f"{corpus}: build the world (areal-mem world) or an index "
                 f"(areal-mem retriever build)"
             )
-        build_index(corpus, r.index_dir, kind=r.kind, cfg=OmegaConf.to_object(r))
+        build_index(corpus, r.index_dir, kind=r.kind, cfg=r)
     handle = start_retriever(r.index_dir, host=r.host, port=r.port, token=r.token)
     stack.callback(handle.stop)
     return [handle.url]

@@ -25,8 +25,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
-from omegaconf import DictConfig
-
+from areal_mem.config import RunConfig
 from areal_mem.net import free_port
 from areal_mem.process import ChildProcess, cli_command, ready_file_path, wait_ready
 
@@ -36,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class LocalLauncher:
-    def __init__(self, cfg: DictConfig, config_path: str, poll_s: float = 1.0) -> None:
+    def __init__(self, cfg: RunConfig, config_path: str, poll_s: float = 1.0) -> None:
         self.cfg, self.config_path, self.poll_s = cfg, config_path, poll_s
         self.logs = os.path.join(cfg.run_dir, "logs")
         self.children: Dict[str, ChildProcess] = {}

@@ -10,9 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-from omegaconf import DictConfig
-
-from areal_mem.config import ConfigError
+from areal_mem.config import ConfigError, RunConfig
 
 AFFINITY_ENV = "AREAL_MEM_CPUS"  # CPUs a process pins itself to at start (`areal_mem.app.cli.main`)
 ROLES = ("retriever", "generator", "buffer", "learner", "rollout")
@@ -41,7 +39,7 @@ class Addresses:
         return out
 
 
-def service_specs(cfg: DictConfig, config_path: str) -> List[ProcessSpec]:
+def service_specs(cfg: RunConfig, config_path: str) -> List[ProcessSpec]:
     """The services the config does not already point at, in start order."""
     specs = []
     if not cfg.retriever.urls:
@@ -78,7 +76,7 @@ def generator_argv(config_path: str, model_path: str = "", port: int = 0, weight
 
 
 def learner_specs(
-    cfg: DictConfig, config_path: str, addresses: Addresses, master_addr: str, master_port: int
+    cfg: RunConfig, config_path: str, addresses: Addresses, master_addr: str, master_port: int
 ) -> List[ProcessSpec]:
     """One process per rank with torchrun's environment, so any placement works."""
     n = cfg.launcher.learner_ranks
@@ -110,7 +108,7 @@ def learner_specs(
     )
 
 
-def _generator_devices(cfg: DictConfig, i: int) -> Dict[str, str]:
+def _generator_devices(cfg: RunConfig, i: int) -> Dict[str, str]:
     """CUDA_VISIBLE_DEVICES of generator i from `launcher.generator_gpus`, if that is set."""
     gpus, g = list(cfg.launcher.generator_gpus), cfg.launcher.gpus_per_generator
     if not gpus:
@@ -125,7 +123,7 @@ def _generator_devices(cfg: DictConfig, i: int) -> Dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus[i * g : (i + 1) * g]))}
 
 
-def require_publisher(cfg: DictConfig) -> None:
+def require_publisher(cfg: RunConfig) -> None:
     """An RL run needs weight pushes: without them the version never advances."""
     if cfg.learner.publisher.value == "none":
         raise ConfigError(
@@ -136,7 +134,7 @@ def require_publisher(cfg: DictConfig) -> None:
         )
 
 
-def worker_specs(cfg: DictConfig, config_path: str, addresses: Addresses) -> List[ProcessSpec]:
+def worker_specs(cfg: RunConfig, config_path: str, addresses: Addresses) -> List[ProcessSpec]:
     require_publisher(cfg)
     n = cfg.rollout.num_workers
     return with_affinity(
@@ -161,10 +159,10 @@ def worker_specs(cfg: DictConfig, config_path: str, addresses: Addresses) -> Lis
     )
 
 
-def with_affinity(cfg: DictConfig, specs: List[ProcessSpec]) -> List[ProcessSpec]:
+def with_affinity(cfg: RunConfig, specs: List[ProcessSpec]) -> List[ProcessSpec]:
     """Carry `launcher.cpu_affinity[role]` to each process as AFFINITY_ENV (a process's role is
     its name without the index: generator0 -> generator)."""
-    pins = dict(getattr(cfg.launcher, "cpu_affinity", None) or {})
+    pins = dict(cfg.launcher.cpu_affinity)
     unknown = sorted(set(pins) - set(ROLES))
     if unknown:
         raise ConfigError(f"launcher.cpu_affinity: unknown role(s) {unknown}; allowed: {', '.join(ROLES)}")

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import ray
-from omegaconf import DictConfig
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from areal_mem.buffer.command import TOKEN_ENV as BUFFER_TOKEN_ENV
+from areal_mem.config import RunConfig
 from areal_mem.config.launcher import RayBind
 from areal_mem.process import ChildProcess
 from retriever.command import TOKEN_ENV as RETRIEVER_TOKEN_ENV
@@ -100,7 +100,7 @@ class RemoteChild:
 
 
 class RayLauncher(LocalLauncher):
-    def __init__(self, cfg: DictConfig, config_path: str, poll_s: float = 1.0) -> None:
+    def __init__(self, cfg: RunConfig, config_path: str, poll_s: float = 1.0) -> None:
         super().__init__(cfg, config_path, poll_s)
         lc = cfg.launcher
         unknown = sorted(set(lc.ray_resources) - set(ROLES))

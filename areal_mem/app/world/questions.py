@@ -153,8 +153,8 @@ def check_attributes(attributes: Optional[Sequence[str]]) -> Optional[List[str]]
 
 
 def type_shares(types: Optional[Sequence[str]] = None) -> Dict[str, float]:
-    """SHARES restricted to `types` (all when None) and renormalised."""
-    chosen = list(SHARES) if types is None else [str(getattr(t, "value", t)) for t in types]
+    """SHARES restricted to the type names `types` (all when None) and renormalised."""
+    chosen = list(SHARES) if types is None else list(types)
     unknown = sorted(set(chosen) - set(SHARES))
     if unknown or not chosen:
         raise ValueError(f"world.question_types must be a non-empty subset of {list(SHARES)}, got {chosen}")

@@ -1,12 +1,13 @@
-"""Plain PPO (`learner.decoupled: false`, the staleness bench's baseline) against values by hand."""
+"""Plain PPO (`learner.loss.decoupled: false`, the staleness bench's baseline) against values by hand."""
 
 import math
 
 import pytest
 import torch
 
-from areal_mem.config import load_config
-from learner.loss import PPOLossConfig, ppo_token_loss
+from areal_mem.config import load_run
+from areal_mem.config.learner import LossConfig
+from learner.loss import ppo_token_loss
 
 LOGP = [math.log(1.5), math.log(0.5), math.log(4.0)]
 PROX = [math.log(2.0)] * 3
@@ -16,7 +17,7 @@ ADV = [1.0, 1.0, -1.0]
 
 def _loss(decoupled):
     t = lambda xs: torch.tensor([xs])  # noqa: E731
-    cfg = PPOLossConfig(decoupled=decoupled, eps_clip_low=0.2, eps_clip_high=0.2, dual_clip=3.0, behav_weight_cap=5.0)
+    cfg = LossConfig(decoupled=decoupled, eps_clip_low=0.2, eps_clip_high=0.2, dual_clip=3.0, behav_weight_cap=5.0)
     loss, stats = ppo_token_loss(t(LOGP), t(PROX), t(BEHAV), t(ADV), torch.ones(1, 3), cfg)
     return loss[0].tolist(), {k: v[0].tolist() for k, v in stats.items()}
 
@@ -38,6 +39,6 @@ def test_decoupled_takes_the_ratio_to_the_proximal_policy_times_the_behaviour_we
 
 
 def test_the_switch_reaches_the_loss_from_the_config():
-    cfg = load_config([], ["model.path=m", "learner.decoupled=false"])
-    assert PPOLossConfig.from_learner(cfg.learner).decoupled is False
-    assert PPOLossConfig.from_learner(load_config([], ["model.path=m"]).learner).decoupled is True
+    cfg = load_run([], ["model.path=m", "learner.loss.decoupled=false"])
+    assert cfg.learner.loss.decoupled is False
+    assert load_run([], ["model.path=m"]).learner.loss.decoupled is True

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from areal_mem.config import load_config
+from areal_mem.config import load_run
 from areal_mem.data import read_tasks
 from rollout import registry as plugins
 from rollout.workflows import build_context, build_workflow
@@ -63,7 +63,7 @@ def test_entry_points_register_the_example(fresh_registry, tmp_path, monkeypatch
 
 def test_example_env_loaded_by_config(fresh_registry, scripted, tokenizer, monkeypatch):
     monkeypatch.syspath_prepend(EXAMPLE)
-    cfg = load_config([os.path.join(EXAMPLE, "config.yaml")], ["model.path=unused"])
+    cfg = load_run([os.path.join(EXAMPLE, "config.yaml")], ["model.path=unused"])
     workflow = build_workflow(cfg.rollout.workflow)
     tasks = read_tasks(os.path.join(EXAMPLE, "tasks.jsonl"))
     gen = scripted(

@@ -9,7 +9,7 @@ import pytest
 
 from areal_mem.app.world import build_world
 from areal_mem.app.world.entities import OCCUPATIONS
-from areal_mem.config import load_config
+from areal_mem.config import load_config, load_run
 from areal_mem.data.task import Task
 from rollout.oracle import fact_sentences
 
@@ -85,7 +85,7 @@ def test_fact_sentences_keep_what_the_question_needs():
 
 
 def test_debug_recipe_loads_with_its_options():
-    cfg = load_config([os.path.join(REPO, "configs", "debug_cpu.yaml")], ["run_dir=/tmp/x"])
+    cfg = load_run([os.path.join(REPO, "configs", "debug_cpu.yaml")], ["run_dir=/tmp/x"])
     assert [t.value for t in cfg.world.question_types] == ["single"]
     assert list(cfg.world.single_attributes) == ["person.occupation", "city.country"]
     with pytest.raises(Exception, match="question_types"):
