@@ -88,11 +88,13 @@ def test_production_recipes_carry_the_released_hyper_parameters(name):
     cfg = load_config([os.path.join(REPO, "configs", name)])
     assert cfg.model.path.startswith("Qwen/Qwen2.5-") and cfg.generator.backend.value == "sglang"
     r, lr = cfg.rollout, cfg.learner
-    assert (r.group_size, r.max_turns, r.max_new_tokens, r.max_memory_tokens, r.top_p) == (5, 5, 512, 1024, 0.99)
+    lim = r.limits
+    assert (r.group_size, lim.max_turns, lim.max_new_tokens, lim.max_memory_tokens, r.top_p) == (5, 5, 512, 1024, 0.99)
     assert r.prompt_style.value == "released" and cfg.buffer.batch_groups == 256 and lr.mini_batches == 2
     assert (lr.lr, lr.grad_clip, lr.weight_decay) == (1e-6, 1.0, 0.01)
-    assert (lr.eps_clip_low, lr.eps_clip_high, lr.dual_clip) == (0.2, 0.2, 3.0)
-    assert (lr.entropy_coef, lr.kl_coef, lr.kl_clamp) == (0.001, 0.001, 10.0)
+    loss = lr.loss
+    assert (loss.eps_clip_low, loss.eps_clip_high, loss.dual_clip) == (0.2, 0.2, 3.0)
+    assert (loss.entropy_coef, loss.kl_coef, loss.kl_clamp) == (0.001, 0.001, 10.0)
     assert cfg.retriever.encoder.path == "intfloat/e5-base-v2"
     assert (cfg.retriever.encoder.query_prefix, cfg.retriever.encoder.passage_prefix) == ("query: ", "passage: ")
     assert cfg.eval.max_turns == 20 and cfg.eval.temperature == 0.0
