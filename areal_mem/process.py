@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 # How every child runs areal-mem: the installed command line, with the working directory kept off
 # sys.path (-P; PYTHONSAFEPATH=1 in the environment for what the child starts in turn, e.g.
@@ -27,6 +27,17 @@ CLI = (sys.executable, "-P", "-m", "areal_mem.app.cli")
 def cli_command(*args: str) -> List[str]:
     """The argv of one `areal-mem ARGS...` child process."""
     return [*CLI, *args]
+
+
+def serve_command(
+    service: str, ready_file: str, port: int, *options: str, config_files: Sequence[str] = ()
+) -> List[str]:
+    """`areal-mem <service> serve` as a launcher starts it: on `port` (0: the OS picks one), the URL
+    written to `ready_file` once it serves, `options` (flags, then key=value overrides) and config files."""
+    cmd = cli_command(service, "serve", "--port", str(port), "--ready-file", ready_file)
+    for path in config_files:
+        cmd += ["--config", path]
+    return cmd + list(options)
 
 
 @dataclass

@@ -25,34 +25,9 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
+from areal_mem.app.bench.synthetic import random_group
 from areal_mem.buffer import group_to_table
 from areal_mem.buffer.launch import BufferProcess
-from areal_mem.trajectory import Context, Group, Trajectory
-
-
-def make_group(gid: str, rng: np.random.Generator, trajs: int = 5, contexts: int = 4, tokens: int = 2000) -> Group:
-    prompt = tokens // 2
-    resp = tokens - prompt
-    return Group(
-        gid,
-        [
-            Trajectory(
-                f"{gid}/{t}",
-                [
-                    Context(
-                        input_ids=rng.integers(0, 150_000, tokens).tolist(),
-                        prompt_len=prompt,
-                        loss_mask=[1] * resp,
-                        behav_logp=(-rng.random(resp, dtype=np.float32)).tolist(),
-                        versions=[0] * resp,
-                    )
-                    for _ in range(contexts)
-                ],
-                reward=0.5,
-            )
-            for t in range(trajs)
-        ],
-    )
 
 
 def timed(fn: Callable[[], None]) -> float:
@@ -175,7 +150,7 @@ def main() -> None:
     fsync = not args.no_fsync
     rng = np.random.default_rng(0)
     named = [
-        (f"g{i}", group_to_table(make_group(f"g{i}", rng))) for i in tqdm(range(args.groups), desc="building groups")
+        (f"g{i}", group_to_table(random_group(f"g{i}", rng))) for i in tqdm(range(args.groups), desc="building groups")
     ]
     mb = sum(t.nbytes for _, t in named) / 1e6
     rows = []  # (operation, service seconds, raw seconds)

@@ -36,13 +36,7 @@ class GeneratorAdmin(Protocol):
     ) -> int: ...
 
     async def update_weights_from_distributed(
-        self,
-        names: List[str],
-        dtypes: List[str],
-        shapes: List[List[int]],
-        group_name: str,
-        version: int,
-        flush_cache: bool = False,
+        self, names: List[str], dtypes: List[str], shapes: List[List[int]], group_name: str, version: int
     ) -> List[dict]: ...
 
     async def generate(

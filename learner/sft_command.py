@@ -11,13 +11,8 @@ HELP = "supervised fine-tuning on context rows (loss on masked-in tokens); warm-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
-    parser.add_argument(
-        "--data",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="context rows (.jsonl/.arrow/.parquet); adds to learner.sft.data",
-    )
+    data_help = "context rows (.jsonl/.arrow/.parquet); adds to learner.sft.data"
+    parser.add_argument("--data", action="append", default=[], metavar="FILE", help=data_help)
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
 
 

@@ -16,6 +16,7 @@ import aiohttp
 from asyncio_throttle import Throttler
 
 from areal_mem.config.retriever import RetrieverConfig
+from areal_mem.http_session import PooledSession
 from areal_mem.security import auth_headers
 
 from .command import TOKEN_ENV
@@ -27,7 +28,7 @@ class RetrieverError(RuntimeError):
         self.status = status
 
 
-class RetrieverClient:
+class RetrieverClient(PooledSession):
     def __init__(
         self,
         urls: Union[str, Sequence[str]],
@@ -43,35 +44,18 @@ class RetrieverClient:
             raise ValueError("RetrieverClient needs at least one service URL")
         self.urls = [u.rstrip("/") for u in self.urls]
         # The launcher hands the shared token over the environment, never on a command line.
-        self._headers = auth_headers(token or os.environ.get(TOKEN_ENV, ""))
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self.max_retries, self.backoff_s, self.max_connections = max_retries, backoff_s, max_connections
+        super().__init__(auth_headers(token or os.environ.get(TOKEN_ENV, "")), timeout_s, max_connections)
+        self.max_retries, self.backoff_s = max_retries, backoff_s
         self._throttler = None
         if rate_limit_per_s > 0:
             n = max(1, round(rate_limit_per_s))
             self._throttler = Throttler(rate_limit=n, period=n / rate_limit_per_s)
         self._next_url = itertools.cycle(range(len(self.urls)))
-        self._session: Optional[aiohttp.ClientSession] = None
 
     @classmethod
     def from_config(cls, cfg: RetrieverConfig, urls: Optional[Sequence[str]] = None) -> RetrieverClient:
         """From a `RetrieverConfig` (its `urls` unless `urls` is given)."""
-        return cls(
-            list(urls or cfg.urls),
-            token=cfg.token,
-            timeout_s=cfg.timeout_s,
-            max_retries=cfg.max_retries,
-            rate_limit_per_s=cfg.rate_limit_per_s,
-        )
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                timeout=self._timeout,
-                headers=self._headers,
-                connector=aiohttp.TCPConnector(limit=self.max_connections),
-            )
-        return self._session
+        return cls(list(urls or cfg.urls), cfg.token, cfg.timeout_s, cfg.max_retries, cfg.rate_limit_per_s)
 
     async def _post(self, route: str, payload: dict):
         start = next(self._next_url)
@@ -81,7 +65,7 @@ class RetrieverClient:
             if self._throttler is not None:
                 await self._throttler.acquire()
             try:
-                async with self._get_session().post(url, json=payload) as resp:
+                async with self._http().post(url, json=payload) as resp:
                     if resp.status < 400:
                         return await resp.json()
                     text = await resp.text()
@@ -103,14 +87,3 @@ class RetrieverClient:
     async def batch_search(self, queries: Sequence[str], top_n: int) -> List[List[dict]]:
         """One list of documents per query, in order (MemSearcher's /batch_search)."""
         return await self._post("/batch_search", {"query": list(queries), "top_n": top_n})
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def __aenter__(self) -> RetrieverClient:
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.close()

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 
 from areal_mem.config import RunConfig, load_config
-from areal_mem.config.arguments import add_config_arguments
+from areal_mem.config.arguments import add_config_arguments, add_serve_parser
 from areal_mem.config.model import ModelConfig
 
 HELP = "build a dense (faiss) or BM25 index of a corpus, or serve one over HTTP"
@@ -47,15 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_arguments(b)
 
-    s = sub.add_parser(
-        "serve",
-        help="serve an index: /search, /batch_search, /retrieve, /health",
-        description="Serve MemSearcher's (/search, /batch_search) and Search-R1's (/retrieve) "
-        f"APIs. A non-loopback --host needs retriever.token (or ${TOKEN_ENV}).",
+    s = add_serve_parser(
+        sub,
+        "retriever",
+        "serve an index: /search, /batch_search, /retrieve, /health",
+        "Serve MemSearcher's (/search, /batch_search) and Search-R1's (/retrieve) APIs. "
+        f"A non-loopback --host needs retriever.token (or ${TOKEN_ENV}).",
     )
     s.add_argument("--index", metavar="DIR", help="index folder (config: retriever.index_dir)")
-    s.add_argument("--host", help="bind address (config: retriever.host, default 127.0.0.1)")
-    s.add_argument("--port", type=int, help="port; 0 picks a free one (config: retriever.port)")
     s.add_argument("--corpus", metavar="FILE", help="refuse to start unless the index was built from this corpus")
     s.add_argument(
         "--encoder",
@@ -68,8 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="queries per micro-batch; 1 = one at a time (config: retriever.max_batch_size)",
     )
     s.add_argument("--batch-window-ms", type=float, help="micro-batch wait (config: retriever.batch_window_ms)")
-    s.add_argument("--ready-file", metavar="FILE", help="write the service URL here once it listens")
-    add_config_arguments(s)
 
 
 @dataclass

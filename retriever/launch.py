@@ -12,7 +12,7 @@ import tempfile
 import urllib.request
 from typing import Optional, Sequence
 
-from areal_mem.process import ChildProcess, cli_command, ready_file_path, wait_ready, wait_until
+from areal_mem.process import ChildProcess, ready_file_path, serve_command, wait_ready, wait_until
 from areal_mem.security import auth_headers
 
 from .command import TOKEN_ENV
@@ -56,22 +56,11 @@ def start_retriever(
     `overrides` are `retriever.key=value` config overrides (e.g. `retriever.max_batch_size=1`).
     """
     ready = ready_file_path("retriever")
-    cmd = cli_command(
-        "retriever",
-        "serve",
-        "--index",
-        index_dir,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--ready-file",
-        ready,
+    cmd = serve_command(
+        "retriever", ready, port, "--index", index_dir, "--host", host, *overrides, config_files=config_files
     )
-    for f in config_files:
-        cmd += ["--config", f]
     log_path = log_path or os.path.join(tempfile.mkdtemp(prefix="retriever-"), "serve.log")
-    child = ChildProcess("retriever", cmd + list(overrides), log_path, {TOKEN_ENV: token} if token else {})
+    child = ChildProcess("retriever", cmd, log_path, {TOKEN_ENV: token} if token else {})
     child.start()
     try:
         wait_ready(child, ready, timeout_s)

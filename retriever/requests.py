@@ -81,26 +81,24 @@ def _flag(value: Any, field: str) -> bool:
     return value
 
 
-def parse_search(body: Any, limits: Limits) -> Query:
+def _memsearcher(body: Any, limits: Limits, batch: bool) -> Query:
+    """MemSearcher's /search (`query`: one string) and /batch_search (`query`: a list of them)."""
     b = _object(body, ("query", "top_n", "return_score"))
     if "query" not in b:
         raise RequestError("query", "is required")
     return Query(
-        [_text(b["query"], "query")],
+        _texts(b["query"], "query", limits) if batch else [_text(b["query"], "query")],
         _count(b.get("top_n", MEMSEARCHER_DEFAULT_TOP_N), "top_n", limits),
         _flag(b.get("return_score", False), "return_score"),
     )
+
+
+def parse_search(body: Any, limits: Limits) -> Query:
+    return _memsearcher(body, limits, batch=False)
 
 
 def parse_batch_search(body: Any, limits: Limits) -> Query:
-    b = _object(body, ("query", "top_n", "return_score"))
-    if "query" not in b:
-        raise RequestError("query", "is required")
-    return Query(
-        _texts(b["query"], "query", limits),
-        _count(b.get("top_n", MEMSEARCHER_DEFAULT_TOP_N), "top_n", limits),
-        _flag(b.get("return_score", False), "return_score"),
-    )
+    return _memsearcher(body, limits, batch=True)
 
 
 def parse_retrieve(body: Any, limits: Limits) -> Query:

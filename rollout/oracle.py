@@ -131,11 +131,7 @@ class OraclePolicy:
         return "<memory> " + " ".join(facts) + " </memory>"
 
     async def generate(
-        self,
-        input_ids: List[int],
-        sampling: SamplingParams,
-        rid: Optional[str] = None,
-        sticky_key: Optional[str] = None,
+        self, input_ids: List[int], sampling: SamplingParams, rid: str | None = None, sticky_key: str | None = None
     ) -> GenerationResult:
         text = decode(self.tokenizer, input_ids)
         view = read_context(text)

@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+from dataclasses import asdict
 from typing import Iterator, List, Optional
 
 from areal_mem.config.model import TinyModelConfig
@@ -110,14 +111,9 @@ def init_model(world_dir: str, out_dir: str, shape: Optional[TinyModelConfig] = 
 
     shape = shape or TinyModelConfig()
     tokenizer = train_tokenizer(world_dir, shape.vocab_size)
+    # every field of the shape is a Qwen2Config argument of the same name; the vocabulary is the tokenizer's
     config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads,
-        max_position_embeddings=shape.max_position_embeddings,
+        **{**asdict(shape), "vocab_size": len(tokenizer)},
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -1,4 +1,9 @@
-"""`areal-mem buffer serve`: run the replay buffer service."""
+"""`areal-mem buffer serve`: run the replay buffer service.
+
+Serve the replay buffer over Arrow Flight. Accepted groups are stored under <run-dir>/buffer
+and served again after a restart until acked. Config keys: buffer.* (see docs/buffer.md); the
+token may come from $AREAL_MEM_BUFFER_TOKEN instead of the command line.
+"""
 
 from __future__ import annotations
 
@@ -15,22 +20,11 @@ TOKEN_ENV = "AREAL_MEM_BUFFER_TOKEN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from areal_mem.config.arguments import add_config_arguments
+    from areal_mem.config.arguments import add_serve_parser
 
     sub = parser.add_subparsers(dest="buffer_command", metavar="<subcommand>", required=True)
-    serve = sub.add_parser(
-        "serve",
-        help="serve the buffer until SIGTERM/SIGINT",
-        description="Serve the replay buffer over Arrow Flight. Accepted groups are stored "
-        "under <run-dir>/buffer and served again after a restart until acked. "
-        "Config keys: buffer.* (see docs/buffer.md); the token may come from "
-        f"${TOKEN_ENV} instead of the command line.",
-    )
+    serve = add_serve_parser(sub, "buffer", "serve the buffer until SIGTERM/SIGINT", __doc__)
     serve.add_argument("--run-dir", help="run directory (default: run_dir of the config)")
-    serve.add_argument("--host", help="bind address (default: buffer.host, 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default: buffer.port; 0 picks a free one)")
-    serve.add_argument("--ready-file", metavar="FILE", help="write the service URL here once it serves")
-    add_config_arguments(serve)
 
 
 def run(args: argparse.Namespace) -> int:

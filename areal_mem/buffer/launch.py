@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Optional
 
-from ..process import ChildProcess, cli_command, ready_file_path, wait_ready
+from ..process import ChildProcess, ready_file_path, serve_command, wait_ready
 from .client import BufferClient
 from .command import TOKEN_ENV
 
@@ -24,21 +24,10 @@ class BufferProcess:
     ) -> None:
         self.run_dir, self.token = run_dir, token
         ready = ready_file_path("buffer")
-        cmd = cli_command(
-            "buffer",
-            "serve",
-            "--run-dir",
-            run_dir,
-            "--port",
-            str(port),
-            "--ready-file",
-            ready,
-        )
-        for f in config_files:
-            cmd += ["--config", f]
+        cmd = serve_command("buffer", ready, port, "--run-dir", run_dir, *overrides, config_files=list(config_files))
         self.child = ChildProcess(
             "buffer",
-            cmd + list(overrides),
+            cmd,
             os.path.join(run_dir, "buffer", "serve.log"),
             {TOKEN_ENV: token} if token else {},
         ).start()  # never on argv

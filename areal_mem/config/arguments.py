@@ -24,3 +24,14 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace, optional: Iterable[str] = ()) -> RunConfig:
     """The typed run config of a command; `optional`: required keys this command does not use."""
     return load_run(args.config, args.overrides, optional=optional)
+
+
+def add_serve_parser(subparsers, service: str, help: str, description: str) -> argparse.ArgumentParser:
+    """`<service> serve`, with what every service's takes: --host, --port, --ready-file (how a launcher
+    learns the address of port 0) and the config arguments; the caller adds its own options."""
+    parser = subparsers.add_parser("serve", help=help, description=description)
+    parser.add_argument("--host", help=f"bind address (default: {service}.host, 127.0.0.1)")
+    parser.add_argument("--port", type=int, help=f"port (default: {service}.port; 0 picks a free one)")
+    parser.add_argument("--ready-file", metavar="FILE", help="write the service URL here once it serves")
+    add_config_arguments(parser)
+    return parser

@@ -25,6 +25,7 @@ import aiohttp
 
 from areal_mem.config.generator import GeneratorConfig
 from areal_mem.generation import GenerationResult, GeneratorError, SamplingParams
+from areal_mem.http_session import PooledSession
 from areal_mem.security import auth_headers
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def token_versions(meta: Dict[str, Any], n: int) -> List[int]:
     return out
 
 
-class GeneratorClient:
+class GeneratorClient(PooledSession):
     def __init__(
         self,
         urls: Sequence[str],
@@ -97,21 +98,12 @@ class GeneratorClient:
         self._rid_server: Dict[str, _Server] = {}
         self._active: set = set()  # rids of this client's generate calls in progress
         self._cancelled: set = set()  # ... of those, the ones abort_request ended on purpose
-        self._session: Optional[aiohttp.ClientSession] = None
+        super().__init__(auth_headers(self.token), timeout_s)
 
     # ---- plumbing ----
     @property
     def urls(self) -> List[str]:
         return [s.url for s in self.servers]
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                headers=auth_headers(self.token),
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                connector=aiohttp.TCPConnector(limit=0),
-            )
-        return self._session
 
     async def _call(self, server: _Server, method: str, route: str, payload: Optional[dict] = None):
         """One HTTP call. Raises `_ServerDown` (retryable) or `GeneratorError` (4xx)."""
@@ -159,11 +151,7 @@ class GeneratorClient:
 
     # ---- generation ----
     async def generate(
-        self,
-        input_ids: List[int],
-        sampling: SamplingParams,
-        rid: Optional[str] = None,
-        sticky_key: Optional[str] = None,
+        self, input_ids: List[int], sampling: SamplingParams, rid: str | None = None, sticky_key: str | None = None
     ) -> GenerationResult:
         rid = rid or uuid.uuid4().hex
         self._active.add(rid)
@@ -299,12 +287,7 @@ class GeneratorClient:
         )
 
     async def init_weights_update_group(
-        self,
-        master_address: str,
-        master_port: int,
-        group_name: str = "weights",
-        backend: str = "gloo",
-        ranks_per_server: int = 1,
+        self, master_address: str, master_port: int, group_name: str, backend: str = "gloo", ranks_per_server: int = 1
     ) -> int:
         """Every server joins the group (rank 0 is the caller, who must join at the same time).
 
@@ -336,7 +319,7 @@ class GeneratorClient:
         shapes: List[List[int]],
         group_name: str,
         version: int,
-        flush_cache: bool = False,
+        flush_cache=False,
     ) -> List[dict]:
         """Announce a bucket; the caller broadcasts its tensors in this order meanwhile."""
         payload = {
@@ -387,17 +370,6 @@ class GeneratorClient:
             return True
 
         return dict(zip(self.urls, await asyncio.gather(*(one(s) for s in self.servers))))
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def __aenter__(self) -> GeneratorClient:
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.close()
 
 
 def client_from_config(cfg: GeneratorConfig, urls: Optional[Sequence[str]] = None, **hooks) -> GeneratorClient:

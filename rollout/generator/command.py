@@ -3,6 +3,10 @@
 With `generator.backend: embedded` (the default) it is the embedded PyTorch server that
 speaks SGLang's HTTP API; with `sglang` it runs `python -m sglang.launch_server` in the
 foreground. Either way the URL goes to `--ready-file` once the server answers `/health`.
+The embedded backend decodes with continuous batching and a KV cache on CPU or one GPU.
+Config keys: generator.* (see docs/generator.md), e.g. generator.max_batch_size=32
+generator.device=cpu. Binds 127.0.0.1 unless told otherwise; another address needs a token
+(generator.token or $AREAL_MEM_GENERATOR_TOKEN).
 """
 
 from __future__ import annotations
@@ -16,25 +20,12 @@ HELP = "generator servers (subcommand: serve): the embedded PyTorch server or SG
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from areal_mem.config.arguments import add_config_arguments
-
-    from .client import TOKEN_ENV
+    from areal_mem.config.arguments import add_serve_parser
 
     sub = parser.add_subparsers(dest="generator_command", metavar="<subcommand>", required=True)
-    p = sub.add_parser(
-        "serve",
-        help="serve a Hugging Face causal LM over SGLang's HTTP API until SIGTERM/SIGINT",
-        description="Serve a Hugging Face causal LM over SGLang's native HTTP API (/generate, "
-        "weight updates, pause/continue). The embedded backend decodes with continuous "
-        "batching and a KV cache on CPU or one GPU. Config keys: generator.* (see "
-        "docs/generator.md), e.g. generator.max_batch_size=32 generator.device=cpu. "
-        "Binds 127.0.0.1 unless told otherwise; another address needs a token "
-        f"(generator.token or ${TOKEN_ENV}).",
-    )
+    help = "serve a Hugging Face causal LM over SGLang's HTTP API until SIGTERM/SIGINT"
+    p = add_serve_parser(sub, "generator", help, __doc__)
     p.add_argument("--model", help="model folder in Hugging Face format (default: model.path)")
-    p.add_argument("--host", help="bind address (default: generator.host, 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default: generator.port; 0 picks a free one)")
-    p.add_argument("--ready-file", metavar="FILE", help="write the server URL here once it serves")
     p.add_argument(
         "--weight-version", default="0", help="version of the weights it starts with, e.g. after a restart (default 0)"
     )
@@ -44,7 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="start paused: /generate waits for /continue_generation (a restarted server "
         "that must first receive the learner's current weights)",
     )
-    add_config_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:

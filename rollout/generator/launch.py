@@ -19,7 +19,7 @@ from typing import List, Sequence
 
 from areal_mem.config.generator import GeneratorBackend, GeneratorConfig
 from areal_mem.net import free_port
-from areal_mem.process import ChildProcess, cli_command, ready_file_path, wait_ready, wait_until
+from areal_mem.process import ChildProcess, ready_file_path, serve_command, wait_ready, wait_until
 from areal_mem.security import auth_headers, check_bind
 
 from .client import TOKEN_ENV
@@ -82,17 +82,14 @@ def start_embedded_generator(
     `weights_dirs`: folders /update_weights_from_disk may load from (default: the model's)."""
     check_bind("generator", host, token)
     ready = ready_file_path("generator")
-    cmd = cli_command(
+    cmd = serve_command(
         "generator",
-        "serve",
+        ready,
+        port,
         "--model",
         model_path,
         "--host",
         host,
-        "--port",
-        str(port),
-        "--ready-file",
-        ready,
         "--weight-version",
         weight_version,
         f"generator.max_batch_size={max_batch_size}",

@@ -92,6 +92,14 @@ class GeneratorServer:
     def _bad(message: str, status: int = 400) -> web.Response:
         return web.json_response(error_body(message, status), status=status)
 
+    @web.middleware
+    async def _bad_requests(self, request: web.Request, handler) -> web.StreamResponse:
+        """A `BadRequest` raised anywhere in a handler is its 4xx answer, in SGLang's error shape."""
+        try:
+            return await handler(request)
+        except BadRequest as e:
+            return self._bad(str(e), e.status)
+
     @staticmethod
     async def _json(request: web.Request) -> Dict[str, Any]:
         """The body as a JSON object, whatever the Content-Type (as SGLang reads it); empty: {}."""
@@ -132,12 +140,9 @@ class GeneratorServer:
 
     # ---- routes ----
     async def generate(self, request: web.Request) -> web.Response:
-        try:
-            body = await self._json(request)
-            encode = (lambda t: self.tokenizer.encode(t, add_special_tokens=False)) if self.tokenizer else None
-            p = parse_generate(body, self.meta.vocab_size, self.meta.max_context_len, encode)
-        except BadRequest as e:
-            return self._bad(str(e), e.status)
+        body = await self._json(request)
+        encode = (lambda t: self.tokenizer.encode(t, add_special_tokens=False)) if self.tokenizer else None
+        p = parse_generate(body, self.meta.vocab_size, self.meta.max_context_len, encode)
         rid = p.rid or uuid.uuid4().hex
         if self.engine.has_rid(rid):
             return self._bad(f"rid {rid!r} is already in flight")
@@ -184,31 +189,22 @@ class GeneratorServer:
         )
 
     async def pause_generation(self, request: web.Request) -> web.Response:
-        try:
-            mode = (await self._json(request)).get("mode", "abort")
-        except BadRequest as e:
-            return self._bad(str(e), e.status)
+        mode = (await self._json(request)).get("mode", "abort")
         if not isinstance(mode, str) or mode not in PAUSE_MODES:
             return self._bad(f"mode must be one of {PAUSE_MODES}, not {mode!r}")
         n = await asyncio.to_thread(self.engine.pause, mode)
         return web.json_response({"success": True, "message": f"paused ({mode}); {n} in flight"})
 
     async def continue_generation(self, request: web.Request) -> web.Response:
-        try:
-            await self._json(request)  # no fields, but a malformed body is still refused
-        except BadRequest as e:
-            return self._bad(str(e), e.status)
+        await self._json(request)  # no fields, but a malformed body is still refused
         self.engine.resume()
         return web.json_response({"success": True, "message": "continued"})
 
     async def abort_request(self, request: web.Request) -> web.Response:
-        try:
-            body = await self._json(request)
-            rid, abort_all = body.get("rid", ""), self._flag(body, "abort_all", False)
-            if not isinstance(rid, str):
-                raise BadRequest(f"rid: expected a string, got {type(rid).__name__}")
-        except BadRequest as e:
-            return self._bad(str(e), e.status)
+        body = await self._json(request)
+        rid, abort_all = body.get("rid", ""), self._flag(body, "abort_all", False)
+        if not isinstance(rid, str):
+            raise BadRequest(f"rid: expected a string, got {type(rid).__name__}")
         n = await asyncio.to_thread(self.engine.abort, None if abort_all else rid)
         return web.json_response({"success": n > 0})
 
@@ -327,24 +323,18 @@ class GeneratorServer:
         return web.json_response({"success": True, "message": f"joined {b['group_name']} as rank {group.rank}"})
 
     async def update_weight_version(self, request: web.Request) -> web.Response:
-        try:
-            body = await self._json(request)
-            version = body.get("new_version")
-            if not isinstance(version, str):
-                raise BadRequest("new_version: expected a string")
-            abort_all = self._flag(body, "abort_all_requests", True)
-        except BadRequest as e:
-            return self._bad(str(e), e.status)
+        body = await self._json(request)
+        version = body.get("new_version")
+        if not isinstance(version, str):
+            raise BadRequest("new_version: expected a string")
+        abort_all = self._flag(body, "abort_all_requests", True)
         if abort_all:
             await asyncio.to_thread(self.engine.abort, None, "Abort by /update_weight_version")
         await asyncio.to_thread(self.engine.set_version, version)
         return web.json_response({"success": True, "message": f"weight_version {version}"})
 
     async def flush_cache(self, request: web.Request) -> web.Response:
-        try:
-            await self._json(request)  # no fields, but a malformed body is still refused
-        except BadRequest as e:
-            return self._bad(str(e), e.status)
+        await self._json(request)  # no fields, but a malformed body is still refused
         n = self.engine.in_flight()
         if n:
             return self._bad(f"Cache not flushed because there are {n} pending requests")
@@ -352,7 +342,7 @@ class GeneratorServer:
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[json_errors_middleware(error_body), bearer_auth_middleware(self.token)],
+            middlewares=[json_errors_middleware(error_body), bearer_auth_middleware(self.token), self._bad_requests],
             client_max_size=MAX_BODY_BYTES,
         )
         app.add_routes(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, List, Protocol
 
 from areal_mem.config.rollout import RolloutLimits
 from areal_mem.data.task import Task
@@ -30,11 +30,7 @@ class Generator(Protocol):
     """What a workflow needs from the generator client (rollout/generator/client.py)."""
 
     async def generate(
-        self,
-        input_ids: List[int],
-        sampling: SamplingParams,
-        rid: Optional[str] = None,
-        sticky_key: Optional[str] = None,
+        self, input_ids: List[int], sampling: SamplingParams, rid: str | None = None, sticky_key: str | None = None
     ) -> GenerationResult: ...
 
 

@@ -35,11 +35,7 @@ class ScriptedGenerator:
         self.forgotten.append(sticky_key)
 
     async def generate(
-        self,
-        input_ids: List[int],
-        sampling: SamplingParams,
-        rid: Optional[str] = None,
-        sticky_key: Optional[str] = None,
+        self, input_ids: List[int], sampling: SamplingParams, rid: str | None = None, sticky_key: str | None = None
     ) -> GenerationResult:
         self.calls.append({"input_ids": list(input_ids), "sampling": sampling, "rid": rid, "sticky_key": sticky_key})
         reply = self.replies.pop(0)

@@ -56,11 +56,7 @@ class AlwaysSearchPolicy:
         return f" Let me search. </think>\n{search_call(self.rng.choice(self.titles))}"
 
     async def generate(
-        self,
-        input_ids: List[int],
-        sampling: SamplingParams,
-        rid: Optional[str] = None,
-        sticky_key: Optional[str] = None,
+        self, input_ids: List[int], sampling: SamplingParams, rid: str | None = None, sticky_key: str | None = None
     ) -> GenerationResult:
         text = self._text(self.tok.decode(input_ids, skip_special_tokens=False), sticky_key or "")
         ids = self.tok.encode(text, add_special_tokens=False) + [self.im_end]

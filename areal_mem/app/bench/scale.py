@@ -75,35 +75,15 @@ def measure_buffer(work: str, groups: int = 8) -> Dict[str, float]:
 
     from areal_mem.buffer import group_to_table
     from areal_mem.buffer.launch import BufferProcess
-    from areal_mem.trajectory import Context, Group, Trajectory
+
+    from .synthetic import random_group
 
     a = ASSUMPTIONS
     rng = np.random.default_rng(0)
     tokens, resp = int(a["context_tokens"]), int(a["generated_tokens_per_context"])
 
-    def group(gid: str) -> Group:
-        return Group(
-            gid,
-            [
-                Trajectory(
-                    f"{gid}/{t}",
-                    [
-                        Context(
-                            input_ids=rng.integers(0, 150_000, tokens).tolist(),
-                            prompt_len=tokens - resp,
-                            loss_mask=[1] * resp,
-                            behav_logp=(-rng.random(resp, dtype=np.float32)).tolist(),
-                            versions=[0] * resp,
-                        )
-                        for _ in range(int(a["turns_per_trajectory"]))
-                    ],
-                    reward=0.5,
-                )
-                for t in range(5)
-            ],
-        )
-
-    tables = [group_to_table(group(f"g{i}")) for i in range(groups)]
+    turns = int(a["turns_per_trajectory"])
+    tables = [group_to_table(random_group(f"g{i}", rng, 5, turns, tokens, resp)) for i in range(groups)]
     nbytes = sum(t.nbytes for t in tables)
     ctx_tokens = groups * 5 * int(a["turns_per_trajectory"]) * tokens
     service = BufferProcess(work)

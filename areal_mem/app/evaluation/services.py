@@ -13,7 +13,6 @@ import os
 from typing import Iterator, List, Tuple
 
 from areal_mem.config import RunConfig
-from areal_mem.config.generator import GeneratorBackend
 
 log = logging.getLogger(__name__)
 
@@ -35,37 +34,11 @@ def retriever_service(cfg: RunConfig) -> Iterator[List[str]]:
 
 
 def _start_generators(cfg: RunConfig, stack: contextlib.ExitStack) -> List[str]:
-    from rollout.generator.launch import start_embedded_generator, start_sglang_servers
+    from rollout.generator.launch import start_generators
 
-    g = cfg.generator
-    if g.backend == GeneratorBackend.sglang:
-        handles = start_sglang_servers(
-            cfg.model.path,
-            num_servers=g.num_servers,
-            host=g.host,
-            port=g.port,
-            token=g.token,
-            extra_args=list(g.sglang_args),
-            startup_timeout_s=g.startup_timeout_s,
-        )
-        for h in handles:
-            stack.callback(h.stop)
-    else:
-        handles = []
-        for i in range(g.num_servers):
-            h = start_embedded_generator(
-                cfg.model.path,
-                host=g.host,
-                port=g.port + i if g.port else 0,
-                token=g.token,
-                max_batch_size=g.max_batch_size,
-                device=g.device,
-                dtype=g.dtype,
-                max_context_len=g.max_context_len,
-                startup_timeout_s=g.startup_timeout_s,
-            )
-            stack.callback(h.stop)  # registered at once: a later failure still stops this one
-            handles.append(h)
+    handles = start_generators(cfg.generator, cfg.model.path)  # all healthy, or none left running
+    for h in handles:
+        stack.callback(h.stop)
     log.info("started generator(s) %s", [h.url for h in handles])
     return [h.url for h in handles]
 

@@ -6,6 +6,8 @@ import argparse
 import json
 import time
 
+from areal_mem.config.world import QuestionType
+
 HELP = "build the synthetic search world (corpus + FlashRAG question splits)"
 
 
@@ -16,18 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--questions", type=int, default=5000, help="questions over all splits")
     parser.add_argument("--dev-fraction", type=float, default=0.1)
     parser.add_argument("--test-fraction", type=float, default=0.1)
-    parser.add_argument(
-        "--question-types",
-        nargs="+",
-        choices=["single", "bridge", "comparison"],
-        help="write only these question types (default: all)",
-    )
-    parser.add_argument(
-        "--single-attributes",
-        nargs="+",
-        metavar="KIND.ATTR",
-        help="single-hop questions ask only for these facts, e.g. person.occupation (default: all)",
-    )
+    types_help = "write only these question types (default: all)"
+    parser.add_argument("--question-types", nargs="+", choices=[t.value for t in QuestionType], help=types_help)
+    facts_help = "single-hop questions ask only for these facts, e.g. person.occupation (default: all)"
+    parser.add_argument("--single-attributes", nargs="+", metavar="KIND.ATTR", help=facts_help)
 
 
 def run(args: argparse.Namespace) -> int:
