@@ -48,7 +48,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["areal_mem*", "rollout*", "learner*", "retriever*"]),
-    package_data={"rollout": ["prompts/*.txt"]},
+    package_data={"rollout": ["prompts/*.txt"], "areal_mem": ["app/world/phrasings.json"]},
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["areal-mem=areal_mem.app.cli:main"]},
