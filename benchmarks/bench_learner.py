@@ -62,14 +62,20 @@ def mixed_rows(vocab: int, n: int, seed: int = 0):
 
 
 def bench_push(engine, url: str, run_dir: str, repeats: int):
+    from dataclasses import replace
+
+    from areal_mem.config.learner import PublishConfig
     from learner.publishers import DiskPublisher, DistributedPublisher
     from rollout.generator.client import GeneratorClient
 
+    plain = PublishConfig(bucket_mb=512, heal=False)  # no watcher thread beside the timing
     pubs = {
-        "distributed, 512 MiB buckets": DistributedPublisher(engine, GeneratorClient([url]), bucket_mb=512),
-        "distributed, one tensor per bucket": DistributedPublisher(engine, GeneratorClient([url]), bucket_mb=1e-6),
+        "distributed, 512 MiB buckets": DistributedPublisher(engine, GeneratorClient([url]), plain),
+        "distributed, one tensor per bucket": DistributedPublisher(
+            engine, GeneratorClient([url]), replace(plain, bucket_mb=1e-6)
+        ),
         "disk (safetensors + /update_weights_from_disk)": DiskPublisher(
-            engine, GeneratorClient([url]), os.path.join(run_dir, "weights"), keep=1
+            engine, GeneratorClient([url]), os.path.join(run_dir, "weights"), replace(plain, keep_weights=1)
         ),
     }
     times, version = {}, 0

@@ -108,7 +108,7 @@ class Trainer:
             self.buffer.ack(batch_id)
             self.state.groups_consumed += len(groups)
         self.state.step += 1
-        if self.publisher is not None and self.state.step % self.lcfg.publish_interval == 0:
+        if self.publisher is not None and self.state.step % self.lcfg.publish.interval == 0:
             push = self.publisher.publish(self.state.version + 1)
             self.state.version += 1
             m["push_s"], m["push_pause_s"], m["push_bytes"] = push.seconds, push.pause_s, float(push.bytes)

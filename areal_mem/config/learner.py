@@ -53,6 +53,28 @@ class LossConfig:
 
 
 @dataclass
+class PublishConfig:
+    """Weights to the generators after a step (`learner.publish.*`): pause -> push -> continue."""
+
+    kind: PublisherKind = PublisherKind.distributed
+    interval: int = 1  # push every N steps
+    pause_mode: str = "abort"  # /pause_generation mode: abort | retract | in_place
+    bucket_mb: float = 512.0  # distributed: bytes per broadcast bucket, in MiB
+    master_address: str = "127.0.0.1"  # distributed: this host as the generators reach it
+    ranks_per_server: int = 1  # distributed: weight-group ranks per generator (SGLang tp size)
+    keep_weights: int = 2  # disk: how many pushed checkpoints to keep
+    probe_check: bool = False  # after a push, compare the generator's log-probs on a probe
+    probe_tolerance: float = 1e-4
+    # Surviving generator restarts: the publisher keeps a host copy of the weights it last pushed
+    # (distributed publisher: one model's size in CPU memory), checks the generators every
+    # heal_interval_s and pushes that copy into one that came back (or failed a push) once it is
+    # up; a push waits up to restart_timeout_s for it. Off: a failed push fails the run.
+    heal: bool = True
+    heal_interval_s: float = 1.0
+    restart_timeout_s: float = 300.0
+
+
+@dataclass
 class SFTConfig:
     """`areal-mem sft`: supervised warm start on context rows (loss on masked-in tokens)."""
 
@@ -89,16 +111,7 @@ class LearnerConfig:
     # faster steps, and the token-mean is over the groups that carry a signal (DAPO). Off as released.
     skip_zero_adv_groups: bool = False
     temperature: float = 1.0  # the rollout temperature: log-probs are of logits / temperature
-    # Weights to the generators.
-    publisher: PublisherKind = PublisherKind.distributed
-    publish_interval: int = 1  # push every N steps
-    pause_mode: str = "abort"  # /pause_generation mode: abort | retract | in_place
-    bucket_mb: float = 512.0  # distributed: bytes per broadcast bucket, in MiB
-    weight_master_address: str = "127.0.0.1"  # distributed: this host as the generators reach it
-    ranks_per_server: int = 1  # distributed: weight-group ranks per generator (SGLang tp size)
-    keep_weights: int = 2  # disk: how many pushed checkpoints to keep
-    probe_check: bool = False  # after a push, compare the generator's log-probs on a probe
-    probe_tolerance: float = 1e-4
+    publish: PublishConfig = field(default_factory=PublishConfig)
     # Checkpoints and logs.
     checkpoint_interval: int = 50  # steps between DeepSpeed checkpoints (and one at shutdown)
     keep_checkpoints: int = 2
@@ -107,10 +120,3 @@ class LearnerConfig:
     log_interval: int = 1
     batch_timeout_s: float = 600.0  # give up waiting for the buffer after this long
     sft: SFTConfig = field(default_factory=SFTConfig)
-    # Surviving generator restarts: the publisher keeps a host copy of the weights it last pushed
-    # (distributed publisher: one model's size in CPU memory), checks the generators every
-    # heal_interval_s and pushes that copy into one that came back (or failed a push) once it is
-    # up; a push waits up to generator_restart_timeout_s for it. Off: a failed push fails the run.
-    heal_generators: bool = True
-    heal_interval_s: float = 1.0
-    generator_restart_timeout_s: float = 300.0

@@ -22,6 +22,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Awaitable, Dict, List, Optional
 
+from areal_mem.config.learner import PublishConfig
 from areal_mem.generation import GeneratorError, SamplingParams
 
 from ..async_bridge import LoopThread
@@ -47,25 +48,12 @@ class PushResult:
 
 
 class WeightPublisher(ABC):
-    def __init__(
-        self,
-        engine,
-        client: Optional[GeneratorAdmin] = None,
-        pause_mode: str = "abort",
-        probe_check: bool = False,
-        probe_tolerance: float = 1e-4,
-        probe_ids: Optional[List[int]] = None,
-        heal: bool = False,
-        heal_interval_s: float = 1.0,
-        restart_timeout_s: float = 300.0,
-    ):
-        self.engine, self.client = engine, client
-        self.pause_mode = pause_mode
-        self.probe_check, self.probe_tolerance = probe_check, probe_tolerance
-        self.probe_ids = probe_ids or list(range(3, 19))
+    def __init__(self, engine, client: Optional[GeneratorAdmin], cfg: PublishConfig):
+        """`client`: the generators' admin client, used on rank 0 only (None: no generators)."""
+        self.engine, self.client, self.cfg = engine, client, cfg
+        self.probe_ids = list(range(3, 19))
         self.leader = engine.rank == 0
         self.io = LoopThread() if (self.leader and client is not None) else None
-        self.heal, self.heal_interval_s, self.restart_timeout_s = heal, heal_interval_s, restart_timeout_s
         self.pushed_version: Optional[int] = None  # rank 0: the version every generator holds
         self.broken = False  # rank 0: a generator failed or came back since the last delivery
         self.heals = 0  # deliveries repeated for restarted generators
@@ -79,7 +67,7 @@ class WeightPublisher(ABC):
         if self.io is None:
             return
         self._try(self.client.continue_generation(), "continue")
-        if self.heal and self.heal_interval_s > 0 and self._watcher is None:
+        if self.cfg.heal and self.cfg.heal_interval_s > 0 and self._watcher is None:
             self._watcher = threading.Thread(target=self._watch, name="publisher-heal", daemon=True)
             self._watcher.start()
 
@@ -96,7 +84,7 @@ class WeightPublisher(ABC):
         with self._lock:
             t0 = time.monotonic()
             result = PushResult(version, 0.0)
-            if self.io is not None and not self._try(self.client.pause(self.pause_mode), "pause"):
+            if self.io is not None and not self._try(self.client.pause(self.cfg.pause_mode), "pause"):
                 self.broken = True
             result.pause_s = time.monotonic() - t0
             try:
@@ -107,13 +95,13 @@ class WeightPublisher(ABC):
                 if self.io is not None and not self._try(self.client.continue_generation(), "continue"):
                     self.broken = True
             if self.io is not None and self.broken:
-                if not self.heal:
-                    raise RuntimeError(f"weight push {version} failed on a generator (learner.heal_generators is off)")
+                if not self.cfg.heal:
+                    raise RuntimeError(f"weight push {version} failed on a generator (learner.publish.heal is off)")
                 self._recover()
                 result.extra["healed"] = 1.0
             if self.io is not None:
                 self.pushed_version = version
-        if self.probe_check:
+        if self.cfg.probe_check:
             result.probe_max_diff = self.probe()
         result.seconds = time.monotonic() - t0
         return result
@@ -130,20 +118,20 @@ class WeightPublisher(ABC):
     def _recover(self) -> None:
         """Wait until every generator answers, then pause, re-deliver, continue; retried until
         `restart_timeout_s` has passed (then the error names the generators)."""
-        deadline = time.monotonic() + self.restart_timeout_s
+        deadline = time.monotonic() + self.cfg.restart_timeout_s
         was_down = False
         while True:
             health = self.io.run(self.client.health())
             down = [u for u, ok in health.items() if not ok]
             if was_down and not down:  # just back: let its launcher pause it first
                 was_down = False
-                time.sleep(min(1.0, self.heal_interval_s or 1.0))
+                time.sleep(min(1.0, self.cfg.heal_interval_s or 1.0))
                 continue
             was_down = bool(down)
             try:
                 if down:
                     raise GeneratorError(f"generator(s) {down} not answering")
-                self.io.run(self.client.pause(self.pause_mode))
+                self.io.run(self.client.pause(self.cfg.pause_mode))
                 try:
                     self._redeliver()
                 finally:
@@ -155,13 +143,13 @@ class WeightPublisher(ABC):
             except (GeneratorError, RuntimeError) as e:
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"weight publisher: generators not back within {self.restart_timeout_s:.0f} s: {e}"
+                        f"weight publisher: generators not back within {self.cfg.restart_timeout_s:.0f} s: {e}"
                     ) from e
-                time.sleep(min(1.0, self.heal_interval_s or 1.0))
+                time.sleep(min(1.0, self.cfg.heal_interval_s or 1.0))
 
     def _watch(self) -> None:
         back_once = False  # a server came back: heal on the next check, after the launcher paused it
-        while not self._stop.wait(self.heal_interval_s):
+        while not self._stop.wait(self.cfg.heal_interval_s):
             with self._lock:
                 try:
                     versions = set(self.io.run(self.client.weight_versions(), timeout=60).values())
@@ -215,9 +203,9 @@ class WeightPublisher(ABC):
         if not self.leader:
             return 0.0
         diff = max((abs(a - b) for a, b in zip(mine, gen_logps)), default=0.0)
-        if diff > self.probe_tolerance:
+        if diff > self.cfg.probe_tolerance:
             raise ProbeMismatch(
-                f"generator log-probs differ from the learner's by {diff:.3g} (> {self.probe_tolerance}) after the push"
+                f"generator log-probs differ from the learner's by {diff:.3g} (> {self.cfg.probe_tolerance}) after the push"
             )
         return diff
 

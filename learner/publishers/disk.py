@@ -7,6 +7,9 @@ import os
 import shutil
 from typing import List, Optional, Tuple
 
+from areal_mem.config.learner import PublishConfig
+
+from ..generator_admin import GeneratorAdmin
 from .base import PushResult, WeightPublisher
 
 
@@ -22,9 +25,9 @@ def pushed_versions(weights_dir: str) -> List[Tuple[int, str]]:
 
 
 class DiskPublisher(WeightPublisher):
-    def __init__(self, engine, client, weights_dir: str, keep: int = 2, **kwargs):
-        super().__init__(engine, client, **kwargs)
-        self.weights_dir, self.keep = weights_dir, max(1, keep)
+    def __init__(self, engine, client: Optional[GeneratorAdmin], weights_dir: str, cfg: PublishConfig):
+        super().__init__(engine, client, cfg)
+        self.weights_dir = weights_dir
         self.last: Optional[Tuple[int, str]] = None  # (version, path) of the newest push
 
     def path(self, version: int) -> str:
@@ -50,5 +53,5 @@ class DiskPublisher(WeightPublisher):
             self.io.run(self.client.update_weights_from_disk(self.last[1], self.last[0]))
 
     def _clean(self) -> None:
-        for _, old in pushed_versions(self.weights_dir)[: -self.keep]:
+        for _, old in pushed_versions(self.weights_dir)[: -max(1, self.cfg.keep_weights)]:
             shutil.rmtree(old, ignore_errors=True)

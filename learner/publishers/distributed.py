@@ -14,28 +14,21 @@ from typing import List, Optional, Tuple
 
 import torch
 
+from areal_mem.config.learner import PublishConfig
 from areal_mem.generation import GeneratorError
 from areal_mem.net import free_port
 from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets
 
+from ..generator_admin import GeneratorAdmin
 from .base import PushResult, WeightPublisher
 
 log = logging.getLogger(__name__)
 
 
 class DistributedPublisher(WeightPublisher):
-    def __init__(
-        self,
-        engine,
-        client,
-        bucket_mb: float = 512.0,
-        master_address: str = "127.0.0.1",
-        ranks_per_server: int = 1,
-        **kwargs,
-    ):
-        super().__init__(engine, client, **kwargs)
-        self.bucket_bytes = int(bucket_mb * 2**20)
-        self.master_address, self.ranks_per_server = master_address, ranks_per_server
+    def __init__(self, engine, client: Optional[GeneratorAdmin], cfg: PublishConfig):
+        super().__init__(engine, client, cfg)
+        self.bucket_bytes = int(cfg.bucket_mb * 2**20)
         self.group_name = f"weights-{uuid.uuid4().hex[:8]}"
         self.backend = "nccl" if torch.cuda.is_available() else "gloo"
         self.group = None
@@ -51,15 +44,15 @@ class DistributedPublisher(WeightPublisher):
         down = [u for u, ok in self.io.run(self.client.health()).items() if not ok]
         if down:  # the join would wait for them until its timeout
             raise GeneratorError(f"cannot form the weight group: generator(s) {down} not answering")
-        port = free_port(self.master_address)
-        world = 1 + self.ranks_per_server * len(self.client.urls)
+        port = free_port(self.cfg.master_address)
+        world = 1 + self.cfg.ranks_per_server * len(self.client.urls)
         fut = self.io.submit(
             self.client.init_weights_update_group(
-                self.master_address, port, self.group_name, self.backend, self.ranks_per_server
+                self.cfg.master_address, port, self.group_name, self.backend, self.cfg.ranks_per_server
             )
         )
         self.group = WeightGroup.join(
-            self.master_address, port, world, 0, self.group_name, self.backend, timeout_s=timeout_s
+            self.cfg.master_address, port, world, 0, self.group_name, self.backend, timeout_s=timeout_s
         )
         fut.result()
 

@@ -54,13 +54,13 @@ def test_a_too_small_gpu_list_names_the_keys():
 def test_rollout_workers_without_a_publisher_are_refused_before_anything_starts(tmp_path):
     from areal_mem.app.train import TrainPipeline
 
-    cfg = plan_cfg("learner.publisher=none", f"run_dir={tmp_path}")
+    cfg = plan_cfg("learner.publish.kind=none", f"run_dir={tmp_path}")
     with pytest.raises(
         ConfigError,
-        match=r"learner.publisher=none with rollout workers: .* "
+        match=r"learner.publish.kind=none with rollout workers: .* "
         r"\(buffer.max_staleness \+ 1\) x buffer.batch_groups",
     ):
         worker_specs(cfg, "c.yaml", Addresses())
-    with pytest.raises(ConfigError, match="learner.publisher=none"):
+    with pytest.raises(ConfigError, match="learner.publish.kind=none"):
         TrainPipeline(cfg)
     assert list(tmp_path.iterdir()) == []  # nothing written

@@ -36,9 +36,9 @@ def _learner(run_dir, model_dir, buffer_url, gen_url, log_path):
         "learner.lr=3e-2",
         "learner.loss.entropy_coef=0",
         "learner.checkpoint_interval=3",
-        "learner.probe_check=true",
+        "learner.publish.probe_check=true",
         "learner.export_hf=false",
-        "learner.publisher=distributed",
+        "learner.publish.kind=distributed",
         "learner.micro_batch_tokens=1024",
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -179,8 +179,8 @@ def test_two_rank_zero3_loop_pushes_and_resumes(tiny_model_dir, tmp_path, publis
                 f"learner.steps={steps}",
                 "learner.lr=1e-2",
                 "learner.checkpoint_interval=2",
-                "learner.probe_check=true",
-                f"learner.publisher={publisher}",
+                "learner.publish.probe_check=true",
+                f"learner.publish.kind={publisher}",
                 "learner.zero_stage=3",
             ]
             p = subprocess.run(

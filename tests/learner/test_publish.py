@@ -3,10 +3,11 @@ learner's on a probe (and differ before the push, so the check can fail)."""
 
 import asyncio
 import os
+from dataclasses import replace
 
 import pytest
 
-from areal_mem.config.learner import LearnerConfig
+from areal_mem.config.learner import LearnerConfig, PublishConfig
 from learner.publishers import DiskPublisher, DistributedPublisher, ProbeMismatch
 from rollout.generator.client import GeneratorClient
 from rollout.generator.launch import start_embedded_generator
@@ -42,9 +43,8 @@ def _train(engine):
 
 
 def test_distributed_then_disk_push_match_the_learner(engine, generator, tmp_path):
-    dist_pub = DistributedPublisher(
-        engine, GeneratorClient([generator.url]), bucket_mb=0.05, probe_check=True, probe_tolerance=1e-4
-    )
+    probed = PublishConfig(probe_check=True, probe_tolerance=1e-4, heal=False)
+    dist_pub = DistributedPublisher(engine, GeneratorClient([generator.url]), replace(probed, bucket_mb=0.05))
     try:
         _train(engine)
         with pytest.raises(ProbeMismatch):  # the generator still has the initial weights
@@ -57,12 +57,7 @@ def test_distributed_then_disk_push_match_the_learner(engine, generator, tmp_pat
         dist_pub.close()
 
     disk_pub = DiskPublisher(
-        engine,
-        GeneratorClient([generator.url]),
-        str(tmp_path / "weights"),
-        keep=1,
-        probe_check=True,
-        probe_tolerance=1e-4,
+        engine, GeneratorClient([generator.url]), str(tmp_path / "weights"), replace(probed, keep_weights=1)
     )
     try:
         _train(engine)

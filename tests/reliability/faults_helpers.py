@@ -19,7 +19,7 @@ from tests.launch.conftest import REPO, TINY
 
 log = logging.getLogger(__name__)
 GROUP_SIZE = 2  # TINY's rollout.group_size
-FAULTS_FIRST = ["launcher.max_restarts=5", "learner.checkpoint_interval=2", "learner.probe_check=true"]
+FAULTS_FIRST = ["launcher.max_restarts=5", "learner.checkpoint_interval=2", "learner.publish.probe_check=true"]
 
 
 def fault_cfg(run_dir, *overrides):

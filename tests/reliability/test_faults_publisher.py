@@ -9,7 +9,7 @@ import time
 import pytest
 
 from areal_mem.app.launch.local import pause_generator
-from areal_mem.config.learner import LearnerConfig
+from areal_mem.config.learner import LearnerConfig, PublishConfig
 from areal_mem.generation import SamplingParams
 from learner.publishers import DistributedPublisher
 from rollout.generator.client import GeneratorClient
@@ -50,15 +50,8 @@ def _restart(tiny_model_dir, port):
 def test_a_restarted_generator_serves_the_current_weights(engine, tiny_model_dir):
     gen = start_embedded_generator(tiny_model_dir, max_batch_size=4)
     port = int(gen.url.rsplit(":", 1)[1])
-    pub = DistributedPublisher(
-        engine,
-        GeneratorClient([gen.url]),
-        bucket_mb=0.05,
-        probe_check=True,
-        heal=True,
-        heal_interval_s=0.2,
-        restart_timeout_s=120,
-    )
+    cfg = PublishConfig(bucket_mb=0.05, probe_check=True, heal=True, heal_interval_s=0.2, restart_timeout_s=120)
+    pub = DistributedPublisher(engine, GeneratorClient([gen.url]), cfg)
     handles = [gen]
     try:
         pub.setup()

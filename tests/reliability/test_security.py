@@ -210,14 +210,14 @@ def test_update_weights_from_disk_loads_only_inside_the_configured_folders(gener
 def test_default_weights_folders_cover_the_disk_publisher_and_restarts(tmp_path):
     from areal_mem.app.launch.local import latest_weights
     from areal_mem.config import load_run
-    from areal_mem.config.learner import LearnerConfig, PublisherKind
+    from areal_mem.config.learner import PublishConfig, PublisherKind
     from learner.publishers import make_publisher
     from rollout.generator.command import _weights_dirs
     from rollout.generator.server import ForbiddenPath, allowed_path
 
     cfg = load_run(overrides=[f"run_dir={tmp_path}/run", f"model.path={tmp_path}/model"])
     dirs = _weights_dirs(cfg, cfg.model.path)
-    publisher = make_publisher(LearnerConfig(publisher=PublisherKind.disk), SimpleNamespace(rank=1), None, cfg.run_dir)
+    publisher = make_publisher(PublishConfig(kind=PublisherKind.disk), SimpleNamespace(rank=1), None, cfg.run_dir)
     push = publisher.path(7)
     os.makedirs(push)
     open(os.path.join(push, "config.json"), "w").close()

@@ -27,8 +27,10 @@ def run(args: argparse.Namespace) -> int:
             "buffer.url is empty: the learner needs a running buffer "
             "(start one with `areal-mem buffer serve` or the launcher)"
         )
-    if cfg.learner.publisher != PublisherKind.none and not cfg.generator.urls:
-        raise ConfigError("generator.urls is empty: set the generators to push weights to, or learner.publisher=none")
+    if cfg.learner.publish.kind != PublisherKind.none and not cfg.generator.urls:
+        raise ConfigError(
+            "generator.urls is empty: set the generators to push weights to, or learner.publish.kind=none"
+        )
 
     from areal_mem.buffer.client import BufferClient
     from learner.engine import LearnerEngine
@@ -42,9 +44,9 @@ def run(args: argparse.Namespace) -> int:
         save_resolved(cfg)
     buffer = BufferClient.from_config(cfg.buffer) if leader else None
     client = None
-    if leader and cfg.learner.publisher != PublisherKind.none:
+    if leader and cfg.learner.publish.kind != PublisherKind.none:
         client = client_from_config(cfg.generator)
-    publisher = make_publisher(cfg.learner, engine, client, cfg.run_dir)
+    publisher = make_publisher(cfg.learner.publish, engine, client, cfg.run_dir)
     trainer = Trainer(cfg, engine, publisher, buffer, cfg.buffer.batch_groups)
     try:
         state = trainer.run(args.steps)

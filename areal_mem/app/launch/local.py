@@ -120,7 +120,7 @@ class LocalLauncher:
         # Under the distributed publisher a restarted generator holds the start model: it waits
         # (paused) until the learner's publisher sees it back and pushes the weights it last
         # published, which also continues it. SGLang has no paused start: paused once ready.
-        hold = name.startswith("generator") and self.cfg.learner.publisher.value == "distributed"
+        hold = name.startswith("generator") and self.cfg.learner.publish.kind.value == "distributed"
         embedded = self.cfg.generator.backend.value == "embedded"
         if name.startswith("generator"):  # same address, current weights
             path, version = latest_weights(self.cfg.run_dir)

@@ -125,12 +125,12 @@ def _generator_devices(cfg: RunConfig, i: int) -> Dict[str, str]:
 
 def require_publisher(cfg: RunConfig) -> None:
     """An RL run needs weight pushes: without them the version never advances."""
-    if cfg.learner.publisher.value == "none":
+    if cfg.learner.publish.kind.value == "none":
         raise ConfigError(
-            "learner.publisher=none with rollout workers: the generators would never get "
+            "learner.publish.kind=none with rollout workers: the generators would never get "
             "new weights, and the buffer admits only (buffer.max_staleness + 1) x "
             "buffer.batch_groups groups before the learner waits forever; "
-            "use learner.publisher=distributed or disk"
+            "use learner.publish.kind=distributed or disk"
         )
 
 

@@ -230,7 +230,7 @@ class RayLauncher(LocalLauncher):
         for spec in specs:
             spec.env.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")  # each actor sees only its own devices
             if self.bind_node_ip:
-                spec.argv = [*spec.argv, f"learner.weight_master_address={addr}"]
+                spec.argv = [*spec.argv, f"learner.publish.master_address={addr}"]
         self.learners = [self._start(s) for s in specs]
 
     def stop_all(self) -> None:
