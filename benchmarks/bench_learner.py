@@ -163,6 +163,7 @@ def main() -> None:
     ap.add_argument("--head-rows", type=int, default=16)
     args = ap.parse_args()
 
+    from areal_mem.config.generator import EmbeddedConfig
     from areal_mem.config.learner import LearnerConfig
     from learner.engine import LearnerEngine
     from rollout.generator.launch import start_embedded_generator
@@ -171,7 +172,7 @@ def main() -> None:
         model = build_model(tmp, args.hidden, args.layers)
         engine = LearnerEngine(model, LearnerConfig(lr=1e-5, micro_batch_tokens=args.budget))
         n_params = sum(p.numel() for p in engine.engine.module.parameters())
-        with start_embedded_generator(model, max_batch_size=4, weights_dirs=[tmp]) as gen:
+        with start_embedded_generator(model, EmbeddedConfig(max_batch_size=4, weights_dirs=[tmp])) as gen:
             push = bench_push(engine, gen.url, tmp, args.repeats)
         rows = mixed_rows(engine.engine.module.config.vocab_size, args.rows)
         pack = bench_packing(engine, rows, args.repeats, args.budget, args.fixed_rows)

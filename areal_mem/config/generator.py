@@ -11,29 +11,40 @@ class GeneratorBackend(str, Enum):
 
 
 @dataclass
+class EmbeddedConfig:
+    """The embedded PyTorch server (`generator.embedded.*`); SGLang takes its own flags (`sglang_args`)."""
+
+    max_batch_size: int = 32  # most requests decoded together in one step
+    device: str = "auto"  # auto: cuda when present, else cpu
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    max_context_len: int = 0  # 0: the model's max_position_embeddings
+    torch_threads: int = 1  # CPU threads per server; 0: torch's default (all cores)
+    weight_group_timeout_s: float = 600.0  # torch.distributed rendezvous and broadcast timeout
+    # folders /update_weights_from_disk may load from (symlinks and `..` resolved); empty: the
+    # served model's folder, model.path and <run_dir>/weights (the disk publisher's)
+    weights_dirs: List[str] = field(default_factory=list)
+
+
+@dataclass
+class GeneratorClientConfig:
+    """How the rollout workers and the learner call the generators (`generator.client.*`)."""
+
+    timeout_s: float = 300.0  # one request
+    max_retries: int = 3  # resends of one request after a server failure
+    cooldown_s: float = 5.0  # a failed server is skipped this long before it is tried again
+    flush_retry_s: float = 0.2  # sleep between /flush_cache attempts while it answers 400
+
+
+@dataclass
 class GeneratorConfig:
     backend: GeneratorBackend = GeneratorBackend.embedded
     num_servers: int = 1
     host: str = "127.0.0.1"
     port: int = 0  # first port; 0: pick free ports
     urls: List[str] = field(default_factory=list)  # running servers; empty: start them
-    max_batch_size: int = 32  # embedded: most requests decoded together in one step
-    request_timeout_s: float = 300.0
-    max_retries: int = 3  # client: resends of one request after a server failure
     token: str = ""
-    # embedded server
-    device: str = "auto"  # auto: cuda when present, else cpu
-    dtype: str = "float32"  # float32 | bfloat16 | float16
-    max_context_len: int = 0  # 0: the model's max_position_embeddings
-    torch_threads: int = 1  # CPU threads per embedded server; 0: torch's default (all cores)
     startup_timeout_s: float = 180.0  # launchers wait this long for /health
-    # client
-    server_cooldown_s: float = 5.0  # a failed server is skipped this long before it is tried again
-    flush_retry_s: float = 0.2  # sleep between /flush_cache attempts while it answers 400
-    # distributed weight push
-    weight_group_timeout_s: float = 600.0  # torch.distributed rendezvous and broadcast timeout
+    embedded: EmbeddedConfig = field(default_factory=EmbeddedConfig)
+    client: GeneratorClientConfig = field(default_factory=GeneratorClientConfig)
     # sglang backend: extra `python -m sglang.launch_server` arguments
     sglang_args: List[str] = field(default_factory=list)
-    # embedded server: folders /update_weights_from_disk may load from (symlinks and `..` resolved);
-    # empty: the served model's folder, model.path and <run_dir>/weights (the disk publisher's)
-    weights_dirs: List[str] = field(default_factory=list)

@@ -70,7 +70,7 @@ class DistributedPublisher(WeightPublisher):
                 self.broken = True
         copy = []
         for n, bucket in enumerate(iter_buckets(named, self.bucket_bytes)):
-            if self.heal:  # on the host: a restarted generator gets exactly these weights
+            if self.cfg.heal:  # on the host: a restarted generator gets exactly these weights
                 copy.append([(name, t.detach().to("cpu", copy=True)) for name, t in bucket])
             if not self.broken:
                 try:
@@ -80,7 +80,7 @@ class DistributedPublisher(WeightPublisher):
                     self.broken = True
             result.bytes += sum(t.numel() * t.element_size() for _, t in bucket)
             result.extra["buckets"] = n + 1
-        if self.heal:
+        if self.cfg.heal:
             self.copy = (version, copy)
 
     def _send(self, bucket, version: int) -> None:
@@ -104,7 +104,7 @@ class DistributedPublisher(WeightPublisher):
                 log.warning("closing the old weight group: %s", e)
             self.group = None
         self.group_name = f"weights-{uuid.uuid4().hex[:8]}"
-        self._join(timeout_s=min(600.0, self.restart_timeout_s))
+        self._join(timeout_s=min(600.0, self.cfg.restart_timeout_s))
         if self.copy is None:
             return
         version, buckets = self.copy

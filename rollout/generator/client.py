@@ -377,9 +377,9 @@ def client_from_config(cfg: GeneratorConfig, urls: Optional[Sequence[str]] = Non
     return GeneratorClient(
         list(urls or cfg.urls),
         token=cfg.token,
-        timeout_s=cfg.request_timeout_s,
-        max_retries=cfg.max_retries,
-        cooldown_s=cfg.server_cooldown_s,
-        flush_retry_s=cfg.flush_retry_s,
+        timeout_s=cfg.client.timeout_s,
+        max_retries=cfg.client.max_retries,
+        cooldown_s=cfg.client.cooldown_s,
+        flush_retry_s=cfg.client.flush_retry_s,
         **hooks,
     )

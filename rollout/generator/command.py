@@ -4,8 +4,8 @@ With `generator.backend: embedded` (the default) it is the embedded PyTorch serv
 speaks SGLang's HTTP API; with `sglang` it runs `python -m sglang.launch_server` in the
 foreground. Either way the URL goes to `--ready-file` once the server answers `/health`.
 The embedded backend decodes with continuous batching and a KV cache on CPU or one GPU.
-Config keys: generator.* (see docs/generator.md), e.g. generator.max_batch_size=32
-generator.device=cpu. Binds 127.0.0.1 unless told otherwise; another address needs a token
+Config keys: generator.* (see docs/generator.md), e.g. generator.embedded.max_batch_size=32
+generator.embedded.device=cpu. Binds 127.0.0.1 unless told otherwise; another address needs a token
 (generator.token or $AREAL_MEM_GENERATOR_TOKEN).
 """
 
@@ -71,19 +71,10 @@ def run(args: argparse.Namespace) -> int:
 
     from .server import build_server, serve
 
-    if g.torch_threads > 0:
-        torch.set_num_threads(g.torch_threads)
-    server = build_server(
-        model,
-        g.max_batch_size,
-        g.device,
-        g.dtype,
-        g.max_context_len,
-        token,
-        g.weight_group_timeout_s,
-        args.weight_version,
-        _weights_dirs(cfg, model),
-    )
+    e = g.embedded
+    if e.torch_threads > 0:
+        torch.set_num_threads(e.torch_threads)
+    server = build_server(model, e, token, args.weight_version, _weights_dirs(cfg, model))
     if args.paused:
         server.engine.pause("abort")
 
@@ -106,12 +97,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _weights_dirs(cfg: RunConfig, model: str) -> list:
-    """Where /update_weights_from_disk may load: `generator.weights_dirs`, else the served model,
+    """Where /update_weights_from_disk may load: `generator.embedded.weights_dirs`, else the served model,
     `model.path` and the disk publisher's `<run_dir>/weights` (a restart serves a push from there)."""
     import os
 
-    if cfg.generator.weights_dirs:
-        return list(cfg.generator.weights_dirs)
+    if cfg.generator.embedded.weights_dirs:
+        return list(cfg.generator.embedded.weights_dirs)
     base = cfg.model.path or model
     return [model, base, os.path.join(cfg.run_dir, "weights")]
 

@@ -14,10 +14,10 @@ import os
 import sys
 import tempfile
 import urllib.request
-from dataclasses import dataclass
-from typing import List, Sequence
+from dataclasses import asdict, dataclass
+from typing import List, Optional, Sequence
 
-from areal_mem.config.generator import GeneratorBackend, GeneratorConfig
+from areal_mem.config.generator import EmbeddedConfig, GeneratorBackend, GeneratorConfig
 from areal_mem.net import free_port
 from areal_mem.process import ChildProcess, ready_file_path, serve_command, wait_ready, wait_until
 from areal_mem.security import auth_headers, check_bind
@@ -64,43 +64,24 @@ def health_ok(url: str, token: str) -> bool:
 
 def start_embedded_generator(
     model_path: str,
+    embedded: Optional[EmbeddedConfig] = None,
     host: str = "127.0.0.1",
     port: int = 0,
     token: str = "",
-    max_batch_size: int = 32,
-    device: str = "cpu",
-    dtype: str = "float32",
-    max_context_len: int = 0,
     startup_timeout_s: float = 180.0,
     log_path: str = "",
-    torch_threads: int = 1,
-    weight_group_timeout_s: float = 600.0,
     weight_version: str = "0",
-    weights_dirs: Sequence[str] = (),
 ) -> ServerHandle:
     """A real embedded server in a subprocess, healthy on return. port 0: the OS picks one.
-    `weights_dirs`: folders /update_weights_from_disk may load from (default: the model's)."""
+    `embedded` (default: the schema's) goes whole to the child as `generator.embedded.*` overrides."""
     check_bind("generator", host, token)
     ready = ready_file_path("generator")
+    settings = asdict(embedded or EmbeddedConfig())
+    settings["weights_dirs"] = [os.path.abspath(d) for d in settings["weights_dirs"]]
+    overrides = [f"generator.embedded.{k}={json.dumps(v) if isinstance(v, list) else v}" for k, v in settings.items()]
     cmd = serve_command(
-        "generator",
-        ready,
-        port,
-        "--model",
-        model_path,
-        "--host",
-        host,
-        "--weight-version",
-        weight_version,
-        f"generator.max_batch_size={max_batch_size}",
-        f"generator.device={device}",
-        f"generator.dtype={dtype}",
-        f"generator.max_context_len={max_context_len}",
-        f"generator.torch_threads={torch_threads}",
-        f"generator.weight_group_timeout_s={weight_group_timeout_s}",
+        "generator", ready, port, "--model", model_path, "--host", host, "--weight-version", weight_version, *overrides
     )
-    if weights_dirs:
-        cmd.append(f"generator.weights_dirs={json.dumps([os.path.abspath(d) for d in weights_dirs])}")
     child = ChildProcess(
         "generator", cmd, log_path or _log_path("generator"), {TOKEN_ENV: token} if token else {}
     ).start()
@@ -170,16 +151,11 @@ def start_generators(cfg: GeneratorConfig, model_path: str) -> List[ServerHandle
             handles.append(
                 start_embedded_generator(
                     model_path,
+                    cfg.embedded,
                     cfg.host,
                     cfg.port + i if cfg.port else 0,
                     cfg.token,
-                    cfg.max_batch_size,
-                    cfg.device,
-                    cfg.dtype,
-                    cfg.max_context_len,
                     cfg.startup_timeout_s,
-                    torch_threads=cfg.torch_threads,
-                    weight_group_timeout_s=cfg.weight_group_timeout_s,
                 )
             )
     except BaseException:

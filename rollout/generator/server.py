@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from aiohttp import web
 
+from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.security import bearer_auth_middleware, json_errors_middleware
 from areal_mem.weight_transport import BucketMeta, WeightGroup
 
@@ -68,7 +69,7 @@ def allowed_path(path: str, allowed: Sequence[str]) -> str:
             return real
     raise ForbiddenPath(
         f"model_path {path!r} is outside the folders this server loads weights from "
-        f"({', '.join(allowed) or 'none'}); see generator.weights_dirs"
+        f"({', '.join(allowed) or 'none'}); see generator.embedded.weights_dirs"
     )
 
 
@@ -373,39 +374,33 @@ class GeneratorServer:
 
 
 def build_server(
-    model_path: str,
-    max_batch_size: int = 32,
-    device: str = "auto",
-    dtype: str = "float32",
-    max_context_len: int = 0,
-    token: str = "",
-    group_timeout_s: float = 600.0,
-    weight_version: str = "0",
-    weights_dirs: Sequence[str] = (),
+    model_path: str, cfg: EmbeddedConfig, token: str = "", weight_version: str = "0", weights_dirs: Sequence[str] = ()
 ) -> GeneratorServer:
     """Load the model (and its tokenizer, if the folder has one) and start the engine.
-    `weights_dirs`: where /update_weights_from_disk may load from (default: the model's folder)."""
+    `weights_dirs`: where /update_weights_from_disk may load from (default: the model's folder);
+    the command passes `cfg.weights_dirs` or its defaults."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = AutoConfig.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device)
+    device = cfg.device if cfg.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+    hf = AutoConfig.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, cfg.dtype)).to(device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except (OSError, ValueError):
         tokenizer = None
     eos = set()
-    for src in (cfg, _generation_config(model_path, GenerationConfig)):
+    for src in (hf, _generation_config(model_path, GenerationConfig)):
         e = getattr(src, "eos_token_id", None)
         eos |= set(e if isinstance(e, list) else [e] if e is not None else [])
     if tokenizer is not None and tokenizer.eos_token_id is not None:
         eos.add(tokenizer.eos_token_id)
-    ctx = max_context_len or getattr(cfg, "max_position_embeddings", 4096)
+    ctx = cfg.max_context_len or getattr(hf, "max_position_embeddings", 4096)
     decode = (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)) if tokenizer else None
-    engine = Engine(model, eos, max_batch_size, ctx, decode, weight_version).start()
-    meta = ModelMeta(model_path, int(cfg.vocab_size), ctx)
-    return GeneratorServer(engine, meta, tokenizer, token, group_timeout_s, list(weights_dirs) or [model_path])
+    engine = Engine(model, eos, cfg.max_batch_size, ctx, decode, weight_version).start()
+    meta = ModelMeta(model_path, int(hf.vocab_size), ctx)
+    return GeneratorServer(
+        engine, meta, tokenizer, token, cfg.weight_group_timeout_s, list(weights_dirs) or [model_path]
+    )
 
 
 def _generation_config(path: str, cls):

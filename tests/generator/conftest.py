@@ -73,9 +73,10 @@ def perturbed_state(model, seed: int, scale: float = 0.5):
 @pytest.fixture(scope="session")
 def server(tiny_model_dir):
     """One embedded server shared by tests that leave its weights alone."""
+    from areal_mem.config.generator import EmbeddedConfig
     from rollout.generator.launch import start_embedded_generator
 
-    h = start_embedded_generator(tiny_model_dir, max_batch_size=16, torch_threads=1)
+    h = start_embedded_generator(tiny_model_dir, EmbeddedConfig(max_batch_size=16, torch_threads=1))
     yield h
     h.stop()
 
@@ -83,10 +84,12 @@ def server(tiny_model_dir):
 @pytest.fixture
 def fresh_server(tiny_model_dir, tmp_path_factory):
     """A server of its own (weights get changed, from checkpoints under pytest's temp folder)."""
+    from areal_mem.config.generator import EmbeddedConfig
     from rollout.generator.launch import start_embedded_generator
 
     h = start_embedded_generator(
-        tiny_model_dir, max_batch_size=16, torch_threads=1, weights_dirs=[str(tmp_path_factory.getbasetemp())]
+        tiny_model_dir,
+        EmbeddedConfig(max_batch_size=16, torch_threads=1, weights_dirs=[str(tmp_path_factory.getbasetemp())]),
     )
     yield h
     h.stop()

@@ -8,6 +8,7 @@ import json
 import aiohttp
 import pytest
 
+from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.generation import SamplingParams
 from areal_mem.security import InsecureBindError
 from rollout.generator.client import GeneratorClient, GeneratorError
@@ -84,7 +85,7 @@ def test_client_raises_4xx_without_retrying(server):
 def test_token_is_required_when_set_and_never_optional_off_loopback(tiny_model_dir):
     with pytest.raises(InsecureBindError):
         start_embedded_generator(tiny_model_dir, host="0.0.0.0")
-    h = start_embedded_generator(tiny_model_dir, token="s3cret", torch_threads=1)
+    h = start_embedded_generator(tiny_model_dir, EmbeddedConfig(torch_threads=1), token="s3cret")
     try:
 
         async def go():
@@ -120,5 +121,5 @@ def test_serve_command_refuses_bad_setups(tmp_path):
     assert r.returncode == 2 and "no model: pass --model PATH or set model.path" in r.stderr
     r = serve("--model", str(tmp_path), "--host", "0.0.0.0")
     assert r.returncode == 2 and "refusing to bind '0.0.0.0' without a shared token" in r.stderr
-    r = serve("--model", str(tmp_path), "generator.max_batch_size=many")
-    assert r.returncode == 2 and "generator.max_batch_size" in r.stderr
+    r = serve("--model", str(tmp_path), "generator.embedded.max_batch_size=many")
+    assert r.returncode == 2 and "generator.embedded.max_batch_size" in r.stderr

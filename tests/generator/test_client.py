@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from areal_mem.config.generator import GeneratorConfig
+from areal_mem.config.generator import EmbeddedConfig, GeneratorClientConfig, GeneratorConfig
 from areal_mem.generation import SamplingParams
 from rollout.generator.client import GeneratorUnavailable, client_from_config, token_versions
 from rollout.generator.launch import start_generators, start_sglang_servers
@@ -15,7 +15,7 @@ from rollout.generator.launch import start_generators, start_sglang_servers
 
 @pytest.fixture
 def two_servers(tiny_model_dir):
-    cfg = GeneratorConfig(num_servers=2, max_batch_size=16)
+    cfg = GeneratorConfig(num_servers=2, embedded=EmbeddedConfig(max_batch_size=16))
     hs = start_generators(cfg, tiny_model_dir)
     yield hs
     for s in hs:
@@ -28,7 +28,7 @@ def test_routing_stickiness_and_failover(two_servers, checker, h):
     sp = SamplingParams(max_new_tokens=40, ignore_eos=True)
 
     async def go():
-        cfg = GeneratorConfig(max_retries=2, server_cooldown_s=30.0)
+        cfg = GeneratorConfig(client=GeneratorClientConfig(max_retries=2, cooldown_s=30.0))
         async with client_from_config(
             cfg, [a.url, b.url], on_request=checker.request, on_response=checker.response
         ) as c:

@@ -40,7 +40,7 @@ def test_eval_from_a_decoy_folder_runs_the_installed_packages(decoy_dir, world_d
             AREAL_MEM, "eval", "--data", f"{world_dir}/dev.jsonl", "--limit", "2", "--quiet",
             f"model.path={tiny_model_dir}", f"world.dir={world_dir}", f"run_dir={run_dir}",
             f"retriever.index_dir={tmp_path / 'index'}", "retriever.kind=bm25",
-            "rollout.limits.max_new_tokens=8", "rollout.prompt_style=short", "generator.device=cpu",
+            "rollout.limits.max_new_tokens=8", "rollout.prompt_style=short", "generator.embedded.device=cpu",
         ],
         cwd=decoy_dir, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from areal_mem.buffer.launch import BufferProcess
+from areal_mem.config.generator import EmbeddedConfig
 from rollout.generator.client import GeneratorClient
 from rollout.generator.launch import start_embedded_generator
 from tests.learner._task import Producer
@@ -80,7 +81,7 @@ def _wait(pred, proc, log_path, producer, timeout, buffer):
 def test_grpo_learns_first_token_and_resumes_after_kill(tiny_model_dir, tmp_path):
     run_dir = str(tmp_path / "run")
     buffer = BufferProcess(run_dir, overrides=["buffer.max_staleness=1", "buffer.batch_groups=8"])
-    gen = start_embedded_generator(tiny_model_dir, max_batch_size=16, torch_threads=1)
+    gen = start_embedded_generator(tiny_model_dir, EmbeddedConfig(max_batch_size=16, torch_threads=1))
     producer = Producer(gen.url, buffer.url)
     producer.start()
     procs = []
@@ -152,7 +153,7 @@ def test_two_rank_zero3_loop_pushes_and_resumes(tiny_model_dir, tmp_path, publis
     run_dir = str(tmp_path / "run")
     buffer = BufferProcess(run_dir, overrides=["buffer.max_staleness=1", "buffer.batch_groups=4"])
     gen = start_embedded_generator(
-        tiny_model_dir, max_batch_size=16, torch_threads=1, weights_dirs=[run_dir]
+        tiny_model_dir, EmbeddedConfig(max_batch_size=16, torch_threads=1, weights_dirs=[run_dir])
     )  # the disk publisher writes there
     producer = Producer(gen.url, buffer.url)
     producer.start()

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.config.learner import LearnerConfig, PublishConfig
 from learner.publishers import DiskPublisher, DistributedPublisher, ProbeMismatch
 from rollout.generator.client import GeneratorClient
@@ -24,7 +25,8 @@ def engine(tiny_model_dir):
 @pytest.fixture(scope="module")
 def generator(tiny_model_dir, tmp_path_factory):
     with start_embedded_generator(
-        tiny_model_dir, max_batch_size=4, torch_threads=1, weights_dirs=[str(tmp_path_factory.getbasetemp())]
+        tiny_model_dir,
+        EmbeddedConfig(max_batch_size=4, torch_threads=1, weights_dirs=[str(tmp_path_factory.getbasetemp())]),
     ) as h:
         yield h
 

@@ -108,6 +108,7 @@ def retriever_service(world_dir, rel_dir):
 @pytest.fixture(scope="session")
 def generator_service(tiny_model_dir, rel_dir):
     """The embedded server, token required, loading weights only from `extra["allowed"]`."""
+    from areal_mem.config.generator import EmbeddedConfig
     from rollout.generator.launch import start_embedded_generator
 
     allowed = rel_dir / "allowed"
@@ -115,12 +116,9 @@ def generator_service(tiny_model_dir, rel_dir):
     shutil.copytree(tiny_model_dir, allowed / "copy")
     with start_embedded_generator(
         tiny_model_dir,
+        EmbeddedConfig(max_batch_size=4, torch_threads=1, weight_group_timeout_s=3, weights_dirs=[str(allowed)]),
         token=TOKEN,
-        max_batch_size=4,
-        torch_threads=1,
-        weight_group_timeout_s=3,
         log_path=str(rel_dir / "generator.log"),
-        weights_dirs=[str(allowed)],
     ) as h:
         svc = Service(h.url, h.log_path, h.child.proc.pid, extra={"allowed": str(allowed)})
         status, out = svc.call("POST", "/generate", GREEDY)

@@ -229,7 +229,7 @@ def test_default_weights_folders_cover_the_disk_publisher_and_restarts(tmp_path)
     assert allowed_path(publisher.path(8), _weights_dirs(cfg, restart_model))
     with pytest.raises(ForbiddenPath, match="weights_dirs"):
         allowed_path(str(tmp_path / "elsewhere"), dirs)
-    only = load_run(overrides=[f"model.path={tmp_path}/model", f"generator.weights_dirs=[{tmp_path}/w]"])
+    only = load_run(overrides=[f"model.path={tmp_path}/model", f"generator.embedded.weights_dirs=[{tmp_path}/w]"])
     assert _weights_dirs(only, only.model.path) == [f"{tmp_path}/w"]
 
 

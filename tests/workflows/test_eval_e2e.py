@@ -35,7 +35,7 @@ def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, c
         "retriever.kind=bm25",
         "rollout.limits.max_new_tokens=48",
         "rollout.prompt_style=short",
-        "generator.device=cpu",
+        "generator.embedded.device=cpu",
     ]
     # memsearcher: no servers configured, so eval builds an index and starts both itself
     assert main(["eval", "--method", "memsearcher"] + common) == 0
