@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List
 
+from areal_mem.config.retriever import RetrieverConfig
+
 MEMSEARCHER_DEFAULT_TOP_N = 10
 SEARCH_R1_DEFAULT_TOPK = 3
 
@@ -21,12 +23,6 @@ class RequestError(ValueError):
 
     def body(self) -> dict:
         return {"error": str(self), "field": self.field}
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_top_n: int = 100
-    max_queries: int = 1024
 
 
 @dataclass(frozen=True)
@@ -57,21 +53,21 @@ def _text(value: Any, field: str) -> str:
     return value
 
 
-def _texts(value: Any, field: str, limits: Limits) -> List[str]:
+def _texts(value: Any, field: str, cfg: RetrieverConfig) -> List[str]:
     if not isinstance(value, list):
         raise RequestError(field, f"must be a list of strings, got {type(value).__name__}")
     if not value:
         raise RequestError(field, "must hold at least one query")
-    if len(value) > limits.max_queries:
-        raise RequestError(field, f"holds {len(value)} queries, at most {limits.max_queries} are allowed")
+    if len(value) > cfg.max_queries:
+        raise RequestError(field, f"holds {len(value)} queries, at most {cfg.max_queries} are allowed")
     return [_text(v, f"{field}[{i}]") for i, v in enumerate(value)]
 
 
-def _count(value: Any, field: str, limits: Limits) -> int:
+def _count(value: Any, field: str, cfg: RetrieverConfig) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(field, f"must be an integer, got {type(value).__name__}")
-    if not 1 <= value <= limits.max_top_n:
-        raise RequestError(field, f"must be in 1..{limits.max_top_n}, got {value}")
+    if not 1 <= value <= cfg.max_top_n:
+        raise RequestError(field, f"must be in 1..{cfg.max_top_n}, got {value}")
     return value
 
 
@@ -81,33 +77,33 @@ def _flag(value: Any, field: str) -> bool:
     return value
 
 
-def _memsearcher(body: Any, limits: Limits, batch: bool) -> Query:
+def _memsearcher(body: Any, cfg: RetrieverConfig, batch: bool) -> Query:
     """MemSearcher's /search (`query`: one string) and /batch_search (`query`: a list of them)."""
     b = _object(body, ("query", "top_n", "return_score"))
     if "query" not in b:
         raise RequestError("query", "is required")
     return Query(
-        _texts(b["query"], "query", limits) if batch else [_text(b["query"], "query")],
-        _count(b.get("top_n", MEMSEARCHER_DEFAULT_TOP_N), "top_n", limits),
+        _texts(b["query"], "query", cfg) if batch else [_text(b["query"], "query")],
+        _count(b.get("top_n", MEMSEARCHER_DEFAULT_TOP_N), "top_n", cfg),
         _flag(b.get("return_score", False), "return_score"),
     )
 
 
-def parse_search(body: Any, limits: Limits) -> Query:
-    return _memsearcher(body, limits, batch=False)
+def parse_search(body: Any, cfg: RetrieverConfig) -> Query:
+    return _memsearcher(body, cfg, batch=False)
 
 
-def parse_batch_search(body: Any, limits: Limits) -> Query:
-    return _memsearcher(body, limits, batch=True)
+def parse_batch_search(body: Any, cfg: RetrieverConfig) -> Query:
+    return _memsearcher(body, cfg, batch=True)
 
 
-def parse_retrieve(body: Any, limits: Limits) -> Query:
+def parse_retrieve(body: Any, cfg: RetrieverConfig) -> Query:
     b = _object(body, ("queries", "topk", "return_scores"))
     if "queries" not in b:
         raise RequestError("queries", "is required")
     topk = b.get("topk")
     return Query(
-        _texts(b["queries"], "queries", limits),
-        _count(SEARCH_R1_DEFAULT_TOPK if topk is None else topk, "topk", limits),
+        _texts(b["queries"], "queries", cfg),
+        _count(SEARCH_R1_DEFAULT_TOPK if topk is None else topk, "topk", cfg),
         _flag(b.get("return_scores", False), "return_scores"),
     )

@@ -20,14 +20,13 @@ from areal_mem.security import bearer_auth_middleware, check_bind, json_errors_m
 
 from .batcher import MicroBatcher
 from .index import Index
-from .requests import Limits, Query, RequestError, parse_batch_search, parse_retrieve, parse_search
+from .requests import Query, RequestError, parse_batch_search, parse_retrieve, parse_search
 
 log = logging.getLogger(__name__)
 BATCHER = web.AppKey("batcher", MicroBatcher)
 
 
 def make_app(index: Index, cfg: RetrieverConfig) -> web.Application:
-    limits = Limits(max_top_n=cfg.max_top_n, max_queries=cfg.max_queries)
     app = web.Application(
         client_max_size=cfg.max_body_bytes,
         middlewares=[
@@ -56,7 +55,7 @@ def make_app(index: Index, cfg: RetrieverConfig) -> web.Application:
                 body = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
                 raise RequestError("body", f"not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
-            query = parse(body, limits)
+            query = parse(body, cfg)
         except RequestError as e:
             return web.json_response(e.body(), status=e.status)
         try:
