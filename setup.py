@@ -1,23 +1,27 @@
 """Packaging for areal-mem.
 
-torch is asked for as a range that the CPU build 2.13.0 satisfies: install
-``torch==2.13.0`` first (see .ci/run) and nothing here pulls a CUDA build.
+torch is asked for as a range that both the CPU build 2.13.0 (install it first, as
+scripts/setup.sh does, and nothing here pulls a CUDA build) and SGLang 0.5.23's pin 2.14.1
+satisfy. faiss ships one module from several distributions, so the core install takes none:
+the `cpu` extra brings faiss-cpu, the `gpu` extra faiss-gpu-cu12 (with SGLang), never both
+(tests/foundation/test_install.py runs pip's resolver on `.[gpu]` to keep it so).
 """
 
 from setuptools import find_packages, setup
 
 CORE = [
-    "torch>=2.4,<2.14",
+    "torch>=2.4,<2.15",
     "deepspeed>=0.15",
-    "transformers>=4.56",
-    "tokenizers>=0.20",
+    # the embedded engine's KV cache subclasses transformers' cache layers (rollout/generator/kv_cache.py):
+    # tested with 5.19.0 (SGLang 0.5.23's pin) and the newest 5.x
+    "transformers>=5.19,<6",
+    "tokenizers>=0.22",
     "safetensors>=0.4",
     "pyarrow>=15",
     "omegaconf>=2.3",
     "tensorboard>=2.14",
     "aiohttp>=3.9",
     "asyncio-throttle>=1.0",
-    "faiss-cpu>=1.8",
     "bm25s>=0.2",
     "numpy>=1.24",
     "tqdm>=4.66",
@@ -26,8 +30,9 @@ CORE = [
 ]
 
 EXTRAS = {
-    # CUDA-only: never part of the CPU install.
-    "gpu": ["sglang==0.5.23", "faiss-gpu"],
+    "cpu": ["faiss-cpu>=1.8"],
+    # CUDA-only: never part of the CPU install; SGLang pins torch 2.14.1, transformers 5.19.0
+    "gpu": ["sglang==0.5.23", "faiss-gpu-cu12>=1.8"],
     "ray": ["ray[default]>=2.52"],
     "bench": ["matplotlib>=3.7"],  # only `areal-mem bench` draws plots
     "test": [

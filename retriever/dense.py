@@ -15,8 +15,14 @@ FAISS_FILE = "faiss.index"
 
 
 def _faiss():
-    import faiss
-
+    """faiss comes from an extra (`cpu`: faiss-cpu, `gpu`: faiss-gpu-cu12), one build per install."""
+    try:
+        import faiss
+    except ModuleNotFoundError:
+        raise RuntimeError(
+            "a dense index needs faiss, which the core install leaves out: pip install -e '.[cpu]' "
+            "(faiss-cpu) or '.[gpu]' (faiss-gpu-cu12); retriever.kind=bm25 needs neither"
+        ) from None
     return faiss
 
 

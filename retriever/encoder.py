@@ -29,9 +29,11 @@ def default_encoder_path() -> str:
 def set_threads(n: int) -> None:
     """Cap torch and faiss (OpenMP) threads; on a small shared host oversubscription costs 10x+."""
     if n > 0:
-        import faiss
-
         torch.set_num_threads(n)
+        try:
+            import faiss
+        except ModuleNotFoundError:  # a BM25-only install (no faiss extra): nothing more to cap
+            return
         faiss.omp_set_num_threads(n)
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv (if absent) and install areal-mem into it for CPU.
-#   scripts/setup.sh          core install (what the debug training needs)
+#   scripts/setup.sh          core install with the CPU faiss (what the debug training needs)
 #   scripts/setup.sh test     plus the test, ray and bench extras and SGLang's schema file (no CUDA)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,11 +10,11 @@ PY=${PYTHON:-python3}
 # The CPU build first: any other torch request would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install --quiet torch==2.13.0
 if [ "${1:-}" = "test" ]; then
-  .venv/bin/python -m pip install --quiet -e '.[test,ray,bench]'
+  .venv/bin/python -m pip install --quiet -e '.[cpu,test,ray,bench]'
   # Only for the contract test: SGLang's api_types.py is read by path, the package never imported.
   .venv/bin/python -m pip install --quiet --no-deps sglang==0.5.23
 else
-  .venv/bin/python -m pip install --quiet -e .
+  .venv/bin/python -m pip install --quiet -e '.[cpu]'
 fi
 # DeepSpeed compiles its CPU shared-memory op on first use (~35 s); do it once here, not mid-run.
 .venv/bin/python -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()" \
