@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"areal-mem generator: {e}", file=sys.stderr)
         return 2
     if g.backend == GeneratorBackend.sglang:
-        return _serve_sglang(model, host, port, token, list(g.sglang_args), g.startup_timeout_s, args.ready_file)
+        tp = cfg.launcher.gpus_per_generator  # the launcher's CUDA_VISIBLE_DEVICES holds that many GPUs
+        return _serve_sglang(model, host, port, token, list(g.sglang_args), g.startup_timeout_s, args.ready_file, tp)
 
     import torch
 
@@ -107,7 +108,9 @@ def _weights_dirs(cfg: RunConfig, model: str) -> list:
     return [model, base, os.path.join(cfg.run_dir, "weights")]
 
 
-def _serve_sglang(model: str, host: str, port: int, token: str, extra, timeout_s: float, ready_file) -> int:
+def _serve_sglang(
+    model: str, host: str, port: int, token: str, extra, timeout_s: float, ready_file, tp_size: int
+) -> int:
     """SGLang in the foreground: ready once healthy, stopped with this process."""
     import signal
 
@@ -115,7 +118,7 @@ def _serve_sglang(model: str, host: str, port: int, token: str, extra, timeout_s
 
     from .launch import start_sglang_servers
 
-    (handle,) = start_sglang_servers(model, 1, host, port, token, extra, timeout_s)
+    (handle,) = start_sglang_servers(model, 1, host, port, token, extra, timeout_s, gpus_per_server=tp_size)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: handle.stop())
     print(f"areal-mem generator: SGLang serving {model} on {handle.url}", flush=True)

@@ -94,6 +94,24 @@ def start_embedded_generator(
     return ServerHandle(url, child, temp_log=not log_path)
 
 
+def sglang_command(
+    model_path: str,
+    host: str,
+    port: int,
+    tp_size: int = 1,
+    base_gpu_id: int = 0,
+    extra_args: Sequence[str] = (),
+    token: str = "",
+) -> List[str]:
+    """The argv of one `python -m sglang.launch_server`; tests/generator/test_sglang_args.py parses it
+    with SGLang 0.5.23's own argument parser."""
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path, "--host", host]
+    cmd += ["--port", str(port), "--tp-size", str(tp_size), "--base-gpu-id", str(base_gpu_id), *extra_args]
+    if token:
+        cmd += ["--api-key", token]  # sglang takes no env var for it
+    return cmd
+
+
 def start_sglang_servers(
     model_path: str,
     num_servers: int = 1,
@@ -110,24 +128,7 @@ def start_sglang_servers(
     try:
         for i in range(num_servers):
             p = port + i if port else free_port(host)
-            cmd = [
-                sys.executable,
-                "-m",
-                "sglang.launch_server",
-                "--model-path",
-                model_path,
-                "--host",
-                host,
-                "--port",
-                str(p),
-                "--tp-size",
-                str(gpus_per_server),
-                "--base-gpu-id",
-                str(i * gpus_per_server),
-                *extra_args,
-            ]
-            if token:
-                cmd += ["--api-key", token]  # sglang takes no env var for it
+            cmd = sglang_command(model_path, host, p, gpus_per_server, i * gpus_per_server, extra_args, token)
             child = ChildProcess(f"sglang{i}", cmd, _log_path(f"sglang{i}")).start()
             handles.append(ServerHandle(f"http://{host}:{p}", child, temp_log=True))
         for h in handles:

@@ -64,3 +64,14 @@ def test_rollout_workers_without_a_publisher_are_refused_before_anything_starts(
     with pytest.raises(ConfigError, match="learner.publish.kind=none"):
         TrainPipeline(cfg)
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_distributed_push_into_sglang_needs_a_weight_rank_per_tensor_parallel_rank():
+    """Each SGLang server joins the weight group with all its tp ranks; a mismatch would hang the join."""
+    from areal_mem.app.launch.plan import require_publisher
+
+    tp2 = ("generator.backend=sglang", "launcher.gpus_per_generator=2")
+    with pytest.raises(ConfigError, match=r"ranks_per_server=1, but .*launcher.gpus_per_generator=2"):
+        require_publisher(plan_cfg(*tp2))
+    require_publisher(plan_cfg(*tp2, "learner.publish.ranks_per_server=2"))
+    require_publisher(plan_cfg(*tp2, "learner.publish.kind=disk"))  # a disk push has no group

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List
 
 from areal_mem.config import ConfigError, RunConfig
+from areal_mem.config.generator import GeneratorBackend
+from areal_mem.config.learner import PublisherKind
 
 AFFINITY_ENV = "AREAL_MEM_CPUS"  # CPUs a process pins itself to at start (`areal_mem.app.cli.main`)
 ROLES = ("retriever", "generator", "buffer", "learner", "rollout")
@@ -124,13 +126,25 @@ def _generator_devices(cfg: RunConfig, i: int) -> Dict[str, str]:
 
 
 def require_publisher(cfg: RunConfig) -> None:
-    """An RL run needs weight pushes: without them the version never advances."""
+    """An RL run needs weight pushes (without them the version never advances), and a distributed
+    push into SGLang needs one weight-group rank per tensor-parallel rank of each server."""
     if cfg.learner.publish.kind.value == "none":
         raise ConfigError(
             "learner.publish.kind=none with rollout workers: the generators would never get "
             "new weights, and the buffer admits only (buffer.max_staleness + 1) x "
             "buffer.batch_groups groups before the learner waits forever; "
             "use learner.publish.kind=distributed or disk"
+        )
+    p, tp = cfg.learner.publish, cfg.launcher.gpus_per_generator
+    if (
+        cfg.generator.backend == GeneratorBackend.sglang
+        and p.kind == PublisherKind.distributed
+        and p.ranks_per_server != tp
+    ):
+        raise ConfigError(
+            f"learner.publish.ranks_per_server={p.ranks_per_server}, but each SGLang generator runs "
+            f"launcher.gpus_per_generator={tp} tensor-parallel ranks and every one joins the weight group "
+            "(the rendezvous would wait for the missing ones until it times out): set them equal"
         )
 
 
