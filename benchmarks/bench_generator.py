@@ -166,7 +166,7 @@ def main() -> None:
         threads = args.threads
         served, seq = [], []
         with start_embedded_generator(
-            tiny, EmbeddedConfig(max_batch_size=args.requests, torch_threads=threads, weights_dirs=[tmp])
+            tiny, EmbeddedConfig(max_batch_size=args.requests, torch_threads=threads, weights_dirs=[tmp], device="cpu")
         ) as h:
             for _ in tqdm(range(args.rounds), desc="rounds (server, then sequential)"):
                 served.append(server_throughput(h.url, prompts, args.new_tokens))
@@ -188,7 +188,7 @@ def main() -> None:
             big = AutoModelForCausalLM.from_pretrained(big_path, dtype=torch.float32).eval()
             mb = sum(p.numel() * p.element_size() for p in big.parameters()) / 2**20
             with start_embedded_generator(
-                big_path, EmbeddedConfig(torch_threads=threads, weights_dirs=[tmp]), startup_timeout_s=600
+                big_path, EmbeddedConfig(torch_threads=threads, weights_dirs=[tmp], device="cpu"), startup_timeout_s=600
             ) as h:
                 push_big = push_times(h.url, big, tmp)
             rows += [

@@ -172,7 +172,7 @@ def main() -> None:
         model = build_model(tmp, args.hidden, args.layers)
         engine = LearnerEngine(model, LearnerConfig(lr=1e-5, micro_batch_tokens=args.budget))
         n_params = sum(p.numel() for p in engine.engine.module.parameters())
-        with start_embedded_generator(model, EmbeddedConfig(max_batch_size=4, weights_dirs=[tmp])) as gen:
+        with start_embedded_generator(model, EmbeddedConfig(max_batch_size=4, weights_dirs=[tmp], device="cpu")) as gen:
             push = bench_push(engine, gen.url, tmp, args.repeats)
         rows = mixed_rows(engine.engine.module.config.vocab_size, args.rows)
         pack = bench_packing(engine, rows, args.repeats, args.budget, args.fixed_rows)

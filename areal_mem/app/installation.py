@@ -12,8 +12,6 @@ import importlib.util
 import os
 from typing import List
 
-import areal_mem
-
 SERVICE_PACKAGES = ("rollout", "learner", "retriever")
 
 
@@ -29,7 +27,9 @@ def _location(name: str) -> str:
 
 def shadowed() -> List[str]:
     """One line per service package that would be imported from outside this installation."""
-    root = os.path.dirname(os.path.dirname(os.path.realpath(areal_mem.__file__)))
+    # the folder holding the package folders, resolved the same way on both sides (a tree of real
+    # folders with linked files, as setuptools' strict editable mode builds, must still match)
+    root = os.path.dirname(_location("areal_mem"))
     problems = []
     for name in SERVICE_PACKAGES:
         where = _location(name)

@@ -76,7 +76,7 @@ def server(tiny_model_dir):
     from areal_mem.config.generator import EmbeddedConfig
     from rollout.generator.launch import start_embedded_generator
 
-    h = start_embedded_generator(tiny_model_dir, EmbeddedConfig(max_batch_size=16, torch_threads=1))
+    h = start_embedded_generator(tiny_model_dir, EmbeddedConfig(max_batch_size=16, torch_threads=1, device="cpu"))
     yield h
     h.stop()
 
@@ -89,7 +89,9 @@ def fresh_server(tiny_model_dir, tmp_path_factory):
 
     h = start_embedded_generator(
         tiny_model_dir,
-        EmbeddedConfig(max_batch_size=16, torch_threads=1, weights_dirs=[str(tmp_path_factory.getbasetemp())]),
+        EmbeddedConfig(
+            max_batch_size=16, torch_threads=1, weights_dirs=[str(tmp_path_factory.getbasetemp())], device="cpu"
+        ),
     )
     yield h
     h.stop()

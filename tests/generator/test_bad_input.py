@@ -85,7 +85,7 @@ def test_client_raises_4xx_without_retrying(server):
 def test_token_is_required_when_set_and_never_optional_off_loopback(tiny_model_dir):
     with pytest.raises(InsecureBindError):
         start_embedded_generator(tiny_model_dir, host="0.0.0.0")
-    h = start_embedded_generator(tiny_model_dir, EmbeddedConfig(torch_threads=1), token="s3cret")
+    h = start_embedded_generator(tiny_model_dir, EmbeddedConfig(torch_threads=1, device="cpu"), token="s3cret")
     try:
 
         async def go():

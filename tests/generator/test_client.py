@@ -15,7 +15,7 @@ from rollout.generator.launch import start_generators, start_sglang_servers
 
 @pytest.fixture
 def two_servers(tiny_model_dir):
-    cfg = GeneratorConfig(num_servers=2, embedded=EmbeddedConfig(max_batch_size=16))
+    cfg = GeneratorConfig(num_servers=2, embedded=EmbeddedConfig(max_batch_size=16, device="cpu"))
     hs = start_generators(cfg, tiny_model_dir)
     yield hs
     for s in hs:

@@ -64,3 +64,22 @@ def test_a_shadowed_install_is_refused_by_name(decoy_dir, how):
     for name in ("rollout", "learner", "retriever"):
         assert f"{name!r} would be imported from {decoy_dir / name}" in res.stderr
     assert "not from this installation of areal-mem" in res.stderr
+
+
+def test_an_install_of_linked_files_is_not_taken_for_a_shadow(tmp_path):
+    """Real folders holding links to the files (setuptools' strict editable mode, Bazel or pex
+    trees): the packages and areal_mem resolve to the same root, so nothing is refused."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tree = tmp_path / "tree"
+    for pkg in ("areal_mem", "rollout", "learner", "retriever"):
+        for folder, dirs, files in os.walk(os.path.join(repo, pkg)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            out = tree / os.path.relpath(folder, repo)
+            out.mkdir(parents=True, exist_ok=True)
+            for name in files:
+                (out / name).symlink_to(os.path.join(folder, name))
+    code = "from areal_mem.app.installation import shadowed; import areal_mem; print(areal_mem.__file__, shadowed())"
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    res = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [str(tree / "areal_mem" / "__init__.py"), "[]"]

@@ -81,7 +81,7 @@ def _wait(pred, proc, log_path, producer, timeout, buffer):
 def test_grpo_learns_first_token_and_resumes_after_kill(tiny_model_dir, tmp_path):
     run_dir = str(tmp_path / "run")
     buffer = BufferProcess(run_dir, overrides=["buffer.max_staleness=1", "buffer.batch_groups=8"])
-    gen = start_embedded_generator(tiny_model_dir, EmbeddedConfig(max_batch_size=16, torch_threads=1))
+    gen = start_embedded_generator(tiny_model_dir, EmbeddedConfig(max_batch_size=16, torch_threads=1, device="cpu"))
     producer = Producer(gen.url, buffer.url)
     producer.start()
     procs = []
@@ -153,7 +153,7 @@ def test_two_rank_zero3_loop_pushes_and_resumes(tiny_model_dir, tmp_path, publis
     run_dir = str(tmp_path / "run")
     buffer = BufferProcess(run_dir, overrides=["buffer.max_staleness=1", "buffer.batch_groups=4"])
     gen = start_embedded_generator(
-        tiny_model_dir, EmbeddedConfig(max_batch_size=16, torch_threads=1, weights_dirs=[run_dir])
+        tiny_model_dir, EmbeddedConfig(max_batch_size=16, torch_threads=1, weights_dirs=[run_dir], device="cpu")
     )  # the disk publisher writes there
     producer = Producer(gen.url, buffer.url)
     producer.start()

@@ -26,7 +26,9 @@ def engine(tiny_model_dir):
 def generator(tiny_model_dir, tmp_path_factory):
     with start_embedded_generator(
         tiny_model_dir,
-        EmbeddedConfig(max_batch_size=4, torch_threads=1, weights_dirs=[str(tmp_path_factory.getbasetemp())]),
+        EmbeddedConfig(
+            max_batch_size=4, torch_threads=1, weights_dirs=[str(tmp_path_factory.getbasetemp())], device="cpu"
+        ),
     ) as h:
         yield h
 

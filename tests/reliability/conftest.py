@@ -116,7 +116,9 @@ def generator_service(tiny_model_dir, rel_dir):
     shutil.copytree(tiny_model_dir, allowed / "copy")
     with start_embedded_generator(
         tiny_model_dir,
-        EmbeddedConfig(max_batch_size=4, torch_threads=1, weight_group_timeout_s=3, weights_dirs=[str(allowed)]),
+        EmbeddedConfig(
+            max_batch_size=4, torch_threads=1, weight_group_timeout_s=3, weights_dirs=[str(allowed)], device="cpu"
+        ),
         token=TOKEN,
         log_path=str(rel_dir / "generator.log"),
     ) as h:

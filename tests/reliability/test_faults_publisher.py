@@ -43,13 +43,13 @@ def _version(url):
 
 def _restart(tiny_model_dir, port):
     """What the local launcher does: same port, start model, paused until the learner pushes."""
-    handle = start_embedded_generator(tiny_model_dir, EmbeddedConfig(max_batch_size=4), port=port)
+    handle = start_embedded_generator(tiny_model_dir, EmbeddedConfig(max_batch_size=4, device="cpu"), port=port)
     pause_generator(handle.url)
     return handle
 
 
 def test_a_restarted_generator_serves_the_current_weights(engine, tiny_model_dir):
-    gen = start_embedded_generator(tiny_model_dir, EmbeddedConfig(max_batch_size=4))
+    gen = start_embedded_generator(tiny_model_dir, EmbeddedConfig(max_batch_size=4, device="cpu"))
     port = int(gen.url.rsplit(":", 1)[1])
     cfg = PublishConfig(bucket_mb=0.05, probe_check=True, heal=True, heal_interval_s=0.2, restart_timeout_s=120)
     pub = DistributedPublisher(engine, GeneratorClient([gen.url]), cfg)
