@@ -15,10 +15,10 @@ TINY = [*TINY_RECIPE, "learner.steps=2", "learner.checkpoint_interval=100", "lea
 
 
 class TinyTrain:
-    """`areal-mem train --no-eval` of configs/debug_cpu.yaml at the TINY size in `run_dir`."""
+    """`areal-mem train --no-eval` of a recipe in configs/ (default debug_cpu.yaml) at the TINY size in `run_dir`."""
 
-    def __init__(self, run_dir):
-        self.run_dir = run_dir
+    def __init__(self, run_dir, recipe: str = "debug_cpu.yaml"):
+        self.run_dir, self.recipe = run_dir, recipe
 
     def run(self, *overrides, timeout_s=420):
         cmd = [
@@ -27,7 +27,7 @@ class TinyTrain:
             "areal_mem.app.cli",
             "train",
             "--config",
-            os.path.join(REPO, "configs", "debug_cpu.yaml"),
+            os.path.join(REPO, "configs", self.recipe),
             "--no-eval",
             f"run_dir={self.run_dir}",
             *TINY,

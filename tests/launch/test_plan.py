@@ -75,3 +75,26 @@ def test_a_distributed_push_into_sglang_needs_a_weight_rank_per_tensor_parallel_
         require_publisher(plan_cfg(*tp2))
     require_publisher(plan_cfg(*tp2, "learner.publish.ranks_per_server=2"))
     require_publisher(plan_cfg(*tp2, "learner.publish.kind=disk"))  # a disk push has no group
+
+
+def test_the_one_gpu_recipe_puts_generation_and_training_on_one_card_and_pushes_by_disk():
+    """configs/debug_gpu.yaml, planned here on a machine without CUDA: nothing in the plan needs one."""
+    import os
+
+    from areal_mem.app.launch.plan import require_publisher
+    from areal_mem.config.learner import Dtype, PublisherKind
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cfg = load_run([os.path.join(repo, "configs", "debug_gpu.yaml")], ["run_dir=/tmp/plan-gpu"])
+    assert cfg.generator.embedded.device == "cuda" and cfg.learner.dtype == Dtype.bfloat16
+    assert cfg.learner.publish.kind == PublisherKind.disk and cfg.retriever.kind.value == "bm25"
+    require_publisher(cfg)
+    specs = {s.name: s for s in service_specs(cfg, "c.yaml")}
+    assert specs["generator0"].env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "CUDA_VISIBLE_DEVICES" not in specs["retriever"].env  # BM25 on the CPU
+    (rank,) = learner_specs(cfg, "c.yaml", Addresses(["r"], ["g"], "b"), "127.0.0.1", 29500)
+    assert rank.env["CUDA_VISIBLE_DEVICES"] == "0" and rank.env["WORLD_SIZE"] == "1"
+    with pytest.raises(ConfigError, match=r"share GPU\(s\) \[0\].*learner.publish.kind=disk"):
+        require_publisher(
+            load_run([os.path.join(repo, "configs", "debug_gpu.yaml")], ["learner.publish.kind=distributed"])
+        )

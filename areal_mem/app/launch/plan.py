@@ -126,8 +126,9 @@ def _generator_devices(cfg: RunConfig, i: int) -> Dict[str, str]:
 
 
 def require_publisher(cfg: RunConfig) -> None:
-    """An RL run needs weight pushes (without them the version never advances), and a distributed
-    push into SGLang needs one weight-group rank per tensor-parallel rank of each server."""
+    """An RL run needs weight pushes (without them the version never advances); a distributed push
+    needs the generators on other GPUs than the learner, and one weight-group rank per
+    tensor-parallel rank of each SGLang server."""
     if cfg.learner.publish.kind.value == "none":
         raise ConfigError(
             "learner.publish.kind=none with rollout workers: the generators would never get "
@@ -136,6 +137,13 @@ def require_publisher(cfg: RunConfig) -> None:
             "use learner.publish.kind=distributed or disk"
         )
     p, tp = cfg.learner.publish, cfg.launcher.gpus_per_generator
+    shared = sorted(set(cfg.launcher.generator_gpus) & set(cfg.launcher.learner_gpus))
+    if shared and p.kind == PublisherKind.distributed:
+        raise ConfigError(
+            f"launcher.generator_gpus and launcher.learner_gpus share GPU(s) {shared}: a distributed push "
+            "needs one NCCL rank per device and NCCL cannot join two ranks on one device; "
+            "use learner.publish.kind=disk (configs/debug_gpu.yaml does)"
+        )
     if (
         cfg.generator.backend == GeneratorBackend.sglang
         and p.kind == PublisherKind.distributed
