@@ -6,10 +6,9 @@ bare, `Any` or a raw `DictConfig` (only config loading itself and token redactio
 """
 
 import ast
-import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("areal_mem", "rollout", "learner", "retriever")
+from tests.source_tree import package_sources
+
 DICTCONFIG_OK = {"areal_mem/config/loading.py", "areal_mem/security.py"}
 
 
@@ -27,13 +26,9 @@ def _untyped(path: str, source: str):
 
 def test_every_config_parameter_names_its_schema():
     found = []
-    for pkg in PACKAGES:
-        for folder, _, files in os.walk(os.path.join(ROOT, pkg)):
-            for name in files:
-                if name.endswith(".py"):
-                    path = os.path.join(folder, name)
-                    with open(path, encoding="utf-8") as f:
-                        found += _untyped(os.path.relpath(path, ROOT), f.read())
+    for rel, path in package_sources():
+        with open(path, encoding="utf-8") as f:
+            found += _untyped(rel, f.read())
     assert found == []
 
 
@@ -45,9 +40,7 @@ def test_the_check_sees_an_untyped_config():
 def test_no_enum_is_unwrapped_by_hand():
     """Typed configs hold enum members: `getattr(x, "value", x)` would only hide a wrong type."""
     hits = []
-    for pkg in PACKAGES:
-        for folder, _, files in os.walk(os.path.join(ROOT, pkg)):
-            for name in (n for n in files if n.endswith(".py")):
-                with open(os.path.join(folder, name), encoding="utf-8") as f:
-                    hits += [f"{name}:{i}" for i, line in enumerate(f, 1) if '"value", ' in line and "getattr(" in line]
+    for rel, path in package_sources():
+        with open(path, encoding="utf-8") as f:
+            hits += [f"{rel}:{i}" for i, line in enumerate(f, 1) if '"value", ' in line and "getattr(" in line]
     assert hits == []

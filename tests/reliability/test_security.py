@@ -20,6 +20,7 @@ import pyarrow.flight as flight
 import pytest
 
 from areal_mem.security import SERVICES, token_env
+from tests.source_tree import package_sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -350,15 +351,8 @@ def _unsafe_calls(path: str):
 
 def test_no_service_unpickles_or_evaluates_data():
     found = []
-    for pkg in PACKAGES:
-        for dirpath, _, files in os.walk(os.path.join(ROOT, pkg)):
-            for name in files:
-                if name.endswith(".py"):
-                    path = os.path.join(dirpath, name)
-                    rel = os.path.relpath(path, ROOT)
-                    found += [
-                        f"{rel}:{line}: {what}" for line, what in _unsafe_calls(path) if f"{rel}:{line}" not in ALLOWED
-                    ]
+    for rel, path in package_sources():
+        found += [f"{rel}:{line}: {what}" for line, what in _unsafe_calls(path) if f"{rel}:{line}" not in ALLOWED]
     assert not found, "unsafe deserialisation or evaluation:\n" + "\n".join(found)
 
 
