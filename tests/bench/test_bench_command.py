@@ -11,8 +11,8 @@ import pytest
 
 from areal_mem.app.bench import asynchrony, command, scale
 from areal_mem.app.bench.report import write_report
+from areal_mem.app.bench.tiny import TINY_RECIPE
 from areal_mem.app.cli import main
-from tests.tiny_recipe import TINY_RECIPE
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = TINY_RECIPE

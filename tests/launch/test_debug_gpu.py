@@ -2,23 +2,13 @@
 what does not depend on CUDA (the disk push between a learner and a generator that would share one
 card, the recipe's sizes and keys) runs in CI."""
 
+from areal_mem.app.bench.tiny import GPU_RECIPE_ON_CPU
 from tests.launch.conftest import TinyTrain
-
-ON_CPU = [
-    "generator.embedded.device=cpu",
-    "generator.embedded.dtype=float32",
-    "learner.dtype=float32",
-    "launcher.generator_gpus=[]",
-    "launcher.learner_gpus=[]",
-    "retriever.threads=1",
-    "generator.embedded.max_batch_size=16",
-    "rollout.max_concurrent_groups=4",
-]
 
 
 def test_the_one_gpu_recipe_runs_on_cpu_with_the_devices_overridden(tmp_path):
     train = TinyTrain(tmp_path / "run", recipe="debug_gpu.yaml")
-    code, out = train.run(*ON_CPU)
+    code, out = train.run(*GPU_RECIPE_ON_CPU)
     assert code == 0, out[-4000:]
     train.check_finished(steps=2, groups=2)
     # weights went by disk: both pushes are in the run dir (learner.publish.keep_weights: 2)

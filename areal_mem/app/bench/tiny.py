@@ -1,4 +1,5 @@
-"""The debug recipe shrunk to seconds per step: overrides shared by the tests that run it."""
+"""The debug recipes shrunk to seconds per step: overrides shared by the tests that run them and by
+`benchmarks/gpu_check.py --smoke`."""
 
 TINY_RECIPE = [
     "world.passages=200",
@@ -17,4 +18,16 @@ TINY_RECIPE = [
     # an untrained tiny model's rewards are mostly all equal: train those groups' rows anyway,
     # so the tests run the learner's real forward and backward
     "learner.skip_zero_adv_groups=false",
+]
+
+# configs/debug_gpu.yaml with its devices on the CPU (and a CPU-sized batch): what runs in CI
+GPU_RECIPE_ON_CPU = [
+    "generator.embedded.device=cpu",
+    "generator.embedded.dtype=float32",
+    "learner.dtype=float32",
+    "launcher.generator_gpus=[]",
+    "launcher.learner_gpus=[]",
+    "retriever.threads=1",
+    "generator.embedded.max_batch_size=16",
+    "rollout.max_concurrent_groups=4",
 ]
