@@ -161,22 +161,23 @@ def main() -> None:
     report: dict = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "smoke": smoke}
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=args.out) as work:
-        learner, paths, engines = {}, {}, {}
+        learner, paths, engine = {}, {}, None
         for name, shape in (SMOKE_SHAPES if smoke else SHAPES).items():
+            engine = None  # one engine's ZeRO state on the device at a time
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
             paths[name] = os.path.join(work, name)
             params = write_model(paths[name], shape, 1024 if smoke else QWEN_VOCAB, torch.bfloat16)
             res = learner_step(paths[name], params, smoke, peak, 1 if smoke else 3)
-            engines[name] = res.pop("engine")
+            engine = res.pop("engine")  # the largest shape's stays, for the push
             learner[name] = res
             print(f"[gpu_check] learner {name}: {res['step_s']:.2f} s/step", flush=True)
         first, last = next(iter(paths)), list(paths)[-1]
-        for name in list(engines)[:-1]:
-            del engines[name]  # the largest stays, for the push
         report["learner"] = learner
         report["generator_tokens_per_s"] = generator_throughput(paths[first], device, smoke)
-        report["push_s"] = {"shape": last, "disk": disk_push(engines[last], paths[last], device, smoke, work)}
+        report["push_s"] = {"shape": last, "disk": disk_push(engine, paths[last], device, smoke, work)}
         report["push_s"]["ipc"] = None  # no CUDA IPC transport yet
-        engines.clear()
+        engine = None
     report["end_to_end"] = run_end_to_end(args.out, smoke, steps)
     report["wall_s"] = time.perf_counter() - t_start
     with open(os.path.join(args.out, "gpu_check.json"), "w", encoding="utf-8") as f:
