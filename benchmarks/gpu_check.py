@@ -33,6 +33,7 @@ from bench_generator import server_throughput  # noqa: E402
 from bench_learner import memsearcher_rows  # noqa: E402
 
 from areal_mem.app.bench.tiny import GPU_RECIPE_ON_CPU, TINY_RECIPE  # noqa: E402
+from areal_mem.process import cli_command  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QWEN_VOCAB = 151936
@@ -132,8 +133,7 @@ def run_end_to_end(out: str, smoke: bool, steps: int) -> List[dict]:
     overrides = [f"run_dir={run_dir}", f"learner.steps={steps}", "learner.sft.warm_start=false"]
     if smoke:
         overrides += [*GPU_RECIPE_ON_CPU, *TINY_RECIPE]
-    cmd = [sys.executable, "-P", "-m", "areal_mem.app.cli", "train", "--config"]
-    cmd += [os.path.join(REPO, "configs", "debug_gpu.yaml"), "--no-eval", *overrides]
+    cmd = cli_command("train", "--config", os.path.join(REPO, "configs", "debug_gpu.yaml"), "--no-eval", *overrides)
     with open(os.path.join(out, "e2e.log"), "w", encoding="utf-8") as log:
         subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=3600)
     with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
