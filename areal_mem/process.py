@@ -71,6 +71,11 @@ class ChildProcess:
     def returncode(self) -> Optional[int]:
         return None if self.proc is None else self.proc.poll()
 
+    @property
+    def pid(self) -> int:
+        """The process (and its group's) id; 0 before `start`."""
+        return self.proc.pid if self.proc is not None else 0
+
     def log_tail(self, n: int = 4000) -> str:
         try:
             with open(self.log_path, "rb") as f:

@@ -20,7 +20,8 @@ class TinyTrain:
     def __init__(self, run_dir, recipe: str = "debug_cpu.yaml"):
         self.run_dir, self.recipe = run_dir, recipe
 
-    def run(self, *overrides, timeout_s=420):
+    def start(self, *overrides) -> subprocess.Popen:
+        """The train command, running; its output (stdout and stderr) in a pipe."""
         cmd = [
             sys.executable,
             "-m",
@@ -33,7 +34,10 @@ class TinyTrain:
             *TINY,
             *overrides,
         ]
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def run(self, *overrides, timeout_s=420):
+        proc = self.start(*overrides)
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         finally:
@@ -49,6 +53,8 @@ class TinyTrain:
         ]
 
     def train_steps(self):
+        if not os.path.exists(self.run_dir / "metrics.jsonl"):
+            return []  # before the learner's first step
         with open(self.run_dir / "metrics.jsonl", encoding="utf-8") as f:
             return [row for row in map(json.loads, f) if row["kind"] == "train"]
 

@@ -1,8 +1,10 @@
 """The Ray launcher runs the plan's real processes inside actors of a local Ray instance."""
 
 import os
+import re
 import signal
 import subprocess
+import time
 
 import psutil
 import pytest
@@ -206,16 +208,55 @@ def ray_daemons():
     return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] in ("gcs_server", "raylet")}
 
 
-def test_debug_recipe_runs_two_steps_through_ray_and_cleans_up(tiny_train):
+def learner_process(run_dir):
+    """The learner rank's own process (the actor's child), found by its command line."""
+    for p in run_dir_processes(run_dir):
+        cmd = p.info["cmdline"]
+        if "areal_mem.app.cli" in cmd and cmd[cmd.index("areal_mem.app.cli") + 1] == "learner":
+            return p
+    return None
+
+
+def test_debug_recipe_through_ray_restarts_a_killed_learner_and_cleans_up(tiny_train):
     """`areal-mem train launcher.kind=ray` on its own Ray instance, gone after; the services bind the
-    node's IP as on a multi-node cluster, so every request (weight pushes too) carries the run's token."""
+    node's IP as on a multi-node cluster, so every request (weight pushes too) carries the run's token.
+    The learner rank is SIGKILLed once it logged step 3: it comes back in a placement group acquired
+    anew, resumes from its step-2 checkpoint, and the run ends at its last step."""
     daemons = ray_daemons()
-    code, out = tiny_train.run("launcher.kind=ray", "launcher.ray_address=local", "launcher.ray_bind=node_ip")
-    assert code == 0, out[-5000:]
+    proc = tiny_train.start(
+        "launcher.kind=ray",
+        "launcher.ray_address=local",
+        "launcher.ray_bind=node_ip",
+        "learner.steps=6",
+        "learner.checkpoint_interval=2",
+    )
+    killed = None
+    try:
+        deadline = time.monotonic() + 400
+        while killed is None and proc.poll() is None and time.monotonic() < deadline:
+            learner = learner_process(tiny_train.run_dir)
+            if learner is not None and len(tiny_train.train_steps()) >= 3:
+                killed = max(r["step"] for r in tiny_train.train_steps())
+                learner.send_signal(signal.SIGKILL)
+            time.sleep(0.2)
+        out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed is not None and proc.returncode == 0, out[-5000:]
     assert "ray: 1 node(s), services bind their node IP (token auth)" in out
+    groups = re.findall(r"learner: 1 rank\(s\) placed in placement group (\w+)", out)
+    assert len(groups) == 2 and groups[0] != groups[1], out[-5000:]
+    assert "restarting the learner (1 of at most" in out
     ip = ray.util.get_node_ip_address()
     with open(tiny_train.run_dir / "logs" / "generator0.log", encoding="utf-8") as f:
         assert f" on http://{ip}:" in f.read()
+    with open(tiny_train.run_dir / "logs" / "learner.log", encoding="utf-8") as f:
+        first, second = f.read().split("[learner] resumed from step ")
+    killed_after = max(int(n) for n in re.findall(r"\[train step (\d+)\]", first))
+    resumed = int(second.split(",")[0])
+    assert killed_after >= killed >= 3 and resumed == killed_after - killed_after % 2
+    assert [r["step"] for r in tiny_train.train_steps()] == [*range(1, killed_after + 1), *range(resumed + 1, 7)]
+    assert os.path.exists(tiny_train.run_dir / "final" / "config.json")
     assert not tiny_train.leftover_processes()
     assert not [p for p in ray_daemons() - daemons if running(p)]  # its Ray instance stopped too
-    tiny_train.check_finished()

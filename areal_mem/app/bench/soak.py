@@ -91,7 +91,7 @@ class FaultInjector:
 
     def inject(self, kind: str) -> Fault:
         child = self.target(kind)
-        fault = Fault(kind, child.name, child.proc.pid, round(time.monotonic() - self.started, 1))
+        fault = Fault(kind, child.name, child.pid, round(time.monotonic() - self.started, 1))
         if kind == "retriever":  # alive but silent: connections hang until SIGCONT
             child.signal_group(signal.SIGSTOP)
             resume = threading.Timer(self.stall_s, child.signal_group, (signal.SIGCONT,))

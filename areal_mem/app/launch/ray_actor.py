@@ -43,7 +43,7 @@ class ProcessActor:
         return None if self.child is None else self.child.returncode
 
     def pid(self) -> int:
-        return self.child.proc.pid if self.child and self.child.proc else 0
+        return self.child.pid if self.child else 0
 
     def signal_group(self, sig: int) -> None:
         if self.child is not None:

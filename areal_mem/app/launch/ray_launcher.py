@@ -4,7 +4,9 @@ Same specs, start order, restart rules and supervision as `LocalLauncher` (this
 class only changes where a process runs): one `ProcessActor` per process, reserving
 the spec's resources (or `launcher.ray_resources.<role>`), so SGLang generators land
 on GPU nodes and workers, buffer and retriever anywhere; the learner ranks share one
-placement group and rank 0's node is their MASTER_ADDR. On a multi-node cluster the
+placement group and rank 0's node is their MASTER_ADDR; a learner that dies is restarted as
+under the local launcher (all ranks, resuming from the last checkpoint) in a placement group
+acquired anew, so ranks whose node is gone land on the nodes that remain. On a multi-node cluster the
 services bind their node's IP, which needs a shared token: a fresh one per run,
 handed to every process through its environment only. Logs go to
 `<run_dir>/logs/<name>.log` on the node that runs the process, so a multi-node run
@@ -13,6 +15,7 @@ needs `run_dir` (and the config) on a shared file system.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -74,6 +77,11 @@ class RemoteChild:
     def alive(self) -> bool:
         return self.returncode is None
 
+    @property
+    def pid(self) -> int:
+        """The process's id on its node; 0 when its actor is gone."""
+        return self._call("pid") or 0
+
     def signal_group(self, sig: int) -> None:
         self._call("signal_group", sig)
 
@@ -113,6 +121,7 @@ class RayLauncher(LocalLauncher):
         self.token_env = {k: token for k in TOKEN_ENVS} if token else {}
         self.run_id = secrets.token_hex(4)
         self.actors: Dict[str, ray.actor.ActorHandle] = {}
+        self._actor_serial = itertools.count()  # a replaced actor's name may not be free yet
         self.pg = None
         log.info(
             "ray: %d node(s), services bind %s",
@@ -145,7 +154,7 @@ class RayLauncher(LocalLauncher):
         actor = (
             ray.remote(ProcessActor)
             .options(
-                name=f"areal-mem-{self.run_id}-{spec.name}",
+                name=f"areal-mem-{self.run_id}-{spec.name}-{next(self._actor_serial)}",
                 max_concurrency=4,
                 max_restarts=0,
                 scheduling_strategy=strategy,
@@ -170,7 +179,8 @@ class RayLauncher(LocalLauncher):
     # ---- LocalLauncher's hooks ----
     def _start(self, spec: ProcessSpec, argv: Optional[List[str]] = None) -> RemoteChild:
         old = self.children.get(spec.name)
-        if spec.name not in self.actors or (old is not None and old.returncode == LOST):
+        actor = self.actors.get(spec.name)
+        if actor is None or (old is not None and old.actor is actor and old.returncode == LOST):
             # a lost actor comes back on the same node if that node still lives
             strategy = (
                 NodeAffinitySchedulingStrategy(self._node_id(old.node_ip), soft=True)
@@ -199,12 +209,10 @@ class RayLauncher(LocalLauncher):
     def generator_token(self) -> str:
         return self.token_env.get(GENERATOR_TOKEN_ENV, "") or self.cfg.generator.token
 
-    def _learner_may_restart(self, child) -> bool:
-        """Not on Ray yet: a restart would need the ranks' placement group again."""
-        return False
-
     def start_learner(self) -> None:
-        """All ranks in one placement group; rank 0's node is MASTER_ADDR."""
+        """All ranks in one placement group; rank 0's node is MASTER_ADDR. A restart (the
+        local launcher's `_restart_learners`) comes here too: placed anew, in a new group."""
+        self._release_learner()
         n, lc = self.cfg.launcher.learner_ranks, self.cfg.launcher
         probe = learner_specs(self.cfg, self.config_path, self.addresses, "", 0)
         opts = self.actor_options(probe[0])
@@ -221,6 +229,7 @@ class RayLauncher(LocalLauncher):
                 f"learner: Ray could not reserve {n} x {bundle} ({lc.ray_learner_strategy.value}) "
                 f"in {lc.health_timeout_s:.0f}s; free: {ray.available_resources()}"
             ) from None
+        log.info("learner: %d rank(s) placed in placement group %s", n, self.pg.id.hex())
         for r, spec in enumerate(probe):
             self._actor(spec, PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r))
         master = self.actors[probe[0].name]
@@ -232,6 +241,17 @@ class RayLauncher(LocalLauncher):
             if self.bind_node_ip:
                 spec.argv = [*spec.argv, f"learner.publish.master_address={addr}"]
         self.learners = [self._start(s) for s in specs]
+
+    def _release_learner(self) -> None:
+        """The actors of the previous learner ranks and their placement group: a dead rank's
+        bundle may sit on a node that is gone, and a new group lets Ray place every rank again."""
+        for child in self.learners:
+            actor = self.actors.pop(child.name, None)
+            if actor is not None:
+                ray.kill(actor)
+        if self.pg is not None:
+            remove_placement_group(self.pg)
+            self.pg = None
 
     def stop_all(self) -> None:
         """Stop every process (LocalLauncher's order), then the actors and the placement group."""
