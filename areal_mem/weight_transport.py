@@ -87,11 +87,20 @@ class WeightGroup:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
         timeout = timedelta(seconds=timeout_s)
-        # Rank 0 serves the store itself (a tcp:// rendezvous would, under torchrun, become a
-        # client of the launcher's store and no one would serve the weight group's).
-        store = dist.TCPStore(
-            master_address, master_port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False
-        )
+        if rank == 0:
+            # Rank 0 serves the store itself (a tcp:// rendezvous would, under torchrun, become a
+            # client of the launcher's store and no one would serve the weight group's); it does
+            # not wait for the workers' registration: the group's own set-up waits for them.
+            store = dist.TCPStore(
+                master_address, master_port, world_size, is_master=True, timeout=timeout, wait_for_workers=False
+            )
+        else:
+            # A generator rank joins exactly as SGLang's `init_custom_process_group` does: torch's
+            # tcp:// rendezvous, whose client registers as a worker, so a trainer whose store
+            # waits for its workers (torch's default, used by SGLang-style trainers) is released.
+            url = f"tcp://{f'[{master_address}]' if ':' in master_address else master_address}:{master_port}"
+            store, _, _ = next(c10d.rendezvous(url, rank, world_size, timeout=timeout))
+            store.set_timeout(timeout)
         store = c10d.PrefixStore(group_name, store)
         pg, _ = c10d._new_process_group_helper(
             world_size,

@@ -23,12 +23,20 @@ from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.security import bearer_auth_middleware, json_errors_middleware
 from areal_mem.weight_transport import BucketMeta, WeightGroup
 
+from .admin_requests import (
+    Abort,
+    InitWeightsUpdateGroup,
+    PauseGeneration,
+    UpdateWeightFromDisk,
+    UpdateWeightsFromDistributed,
+    UpdateWeightVersion,
+    parse_body,
+)
 from .engine import Engine, Request, WeightLoadError
 from .protocol import BadRequest, build_response, error_body, parse_generate
 
 log = logging.getLogger(__name__)
 
-PAUSE_MODES = ("abort", "retract", "in_place")
 MAX_BODY_BYTES = 64 << 20  # larger bodies get 413; a 32k-token prompt is well under 1 MiB
 WEIGHT_BACKENDS = ("nccl", "gloo")
 
@@ -119,13 +127,6 @@ class GeneratorServer:
         return body
 
     @staticmethod
-    def _flag(body: Dict[str, Any], key: str, default: bool) -> bool:
-        value = body.get(key, default)
-        if not isinstance(value, bool):
-            raise BadRequest(f"{key}: expected a boolean, got {type(value).__name__}")
-        return value
-
-    @staticmethod
     def _failed(e: Exception, status: int = 400) -> web.Response:
         """The weight routes' error shape: `{"success": false, "message"}`."""
         if isinstance(e, BadRequest):
@@ -190,9 +191,7 @@ class GeneratorServer:
         )
 
     async def pause_generation(self, request: web.Request) -> web.Response:
-        mode = (await self._json(request)).get("mode", "abort")
-        if not isinstance(mode, str) or mode not in PAUSE_MODES:
-            return self._bad(f"mode must be one of {PAUSE_MODES}, not {mode!r}")
+        mode = parse_body(PauseGeneration, await self._json(request)).mode
         n = await asyncio.to_thread(self.engine.pause, mode)
         return web.json_response({"success": True, "message": f"paused ({mode}); {n} in flight"})
 
@@ -202,26 +201,19 @@ class GeneratorServer:
         return web.json_response({"success": True, "message": "continued"})
 
     async def abort_request(self, request: web.Request) -> web.Response:
-        body = await self._json(request)
-        rid, abort_all = body.get("rid", ""), self._flag(body, "abort_all", False)
-        if not isinstance(rid, str):
-            raise BadRequest(f"rid: expected a string, got {type(rid).__name__}")
-        n = await asyncio.to_thread(self.engine.abort, None if abort_all else rid)
+        body = parse_body(Abort, await self._json(request))
+        message = body.abort_message or "Abort by /abort_request"
+        n = await asyncio.to_thread(self.engine.abort, None if body.abort_all else body.rid or "", message)
         return web.json_response({"success": n > 0})
 
-    async def _update(self, request: web.Request, load) -> web.Response:
+    async def _update(self, request: web.Request, model, load) -> web.Response:
         """Shared body of the weight-update routes: `load(body)` returns tensors (off the loop)."""
         try:
-            body = await self._json(request)
-            version = body.get("weight_version")
-            if version is not None and not isinstance(version, str):
-                raise BadRequest("weight_version: expected a string")
-            abort_all = self._flag(body, "abort_all_requests", False)
-            self._flag(body, "flush_cache", True)
+            body = parse_body(model, await self._json(request))
             named, complete = await load(body)
-            if abort_all:
+            if body.abort_all_requests:
                 await asyncio.to_thread(self.engine.abort, None, "Abort by weight update")
-            await asyncio.to_thread(self.engine.load_weights, named, version, complete)
+            await asyncio.to_thread(self.engine.load_weights, named, body.weight_version, complete)
         except (BadRequest, WeightLoadError, ValueError, OSError, RuntimeError, TypeError) as e:
             return self._failed(e)
         log.info("%s: loaded %d tensors, weight_version %s", request.path, len(named), self.engine.version)
@@ -235,104 +227,69 @@ class GeneratorServer:
         )
 
     async def update_weights_from_disk(self, request: web.Request) -> web.Response:
-        async def load(body):
-            path = body.get("model_path")
-            if not isinstance(path, str) or not path or "\0" in path:
+        async def load(body: UpdateWeightFromDisk):
+            if not body.model_path or "\0" in body.model_path:
                 raise BadRequest("model_path: expected a folder path")
-            if body.get("load_format") not in (None, "auto", "safetensors"):
-                raise BadRequest(f"load_format {str(body['load_format'])[:60]!r} is not supported (safetensors only)")
-            real = allowed_path(path, self.weights_dirs)
+            real = allowed_path(body.model_path, self.weights_dirs)
             return await asyncio.to_thread(load_safetensors_dir, real), True
 
-        return await self._update(request, load)
+        return await self._update(request, UpdateWeightFromDisk, load)
 
     async def update_weights_from_distributed(self, request: web.Request) -> web.Response:
-        async def load(body):
-            names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
-            if not (
-                isinstance(names, list)
-                and isinstance(dtypes, list)
-                and isinstance(shapes, list)
-                and len(names) == len(dtypes) == len(shapes)
-            ):
+        async def load(body: UpdateWeightsFromDistributed):
+            if not len(body.names) == len(body.dtypes) == len(body.shapes):
                 raise BadRequest("names, dtypes and shapes must be lists of the same length")
-            if not (
-                all(isinstance(n, str) for n in names)
-                and all(isinstance(d, str) for d in dtypes)
-                and all(
-                    isinstance(s, list)
-                    and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**40 for x in s)
-                    for s in shapes
-                )
-            ):
-                raise BadRequest("names and dtypes must be strings, shapes lists of sizes >= 0")
-            name = body.get("group_name", "")
-            if not isinstance(name, str):
-                raise BadRequest(f"group_name: expected a string, got {type(name).__name__}")
-            group = self.groups.get(name)
+            if not all(0 <= x < 2**40 for s in body.shapes for x in s):
+                raise BadRequest("shapes: sizes must be in 0..2**40")
+            group = self.groups.get(body.group_name)
             if group is None:
                 raise BadRequest(
-                    f"group_name {name[:80]!r}: no such weight-update group; "
+                    f"group_name {body.group_name[:80]!r}: no such weight-update group; "
                     f"call /init_weights_update_group first (have {sorted(self.groups)})"
                 )
-            meta = BucketMeta(names, dtypes, shapes)
+            meta = BucketMeta(body.names, body.dtypes, body.shapes)
             return await asyncio.to_thread(group.receive_bucket, meta, self.engine.device), False
 
-        return await self._update(request, load)
+        return await self._update(request, UpdateWeightsFromDistributed, load)
 
     async def init_weights_update_group(self, request: web.Request) -> web.Response:
         try:
-            b = await self._json(request)
-            for key, kind in (
-                ("master_address", str),
-                ("master_port", int),
-                ("rank_offset", int),
-                ("world_size", int),
-                ("group_name", str),
-            ):
-                if not isinstance(b.get(key), kind) or isinstance(b.get(key), bool):
-                    raise BadRequest(f"{key}: expected {kind.__name__}")
-            if not 1 <= b["master_port"] <= 65535:
-                raise BadRequest(f"master_port: {b['master_port']} is not a port (1..65535)")
-            if not 2 <= b["world_size"] <= 1 << 16 or not 1 <= b["rank_offset"] < b["world_size"]:
+            b = parse_body(InitWeightsUpdateGroup, await self._json(request))
+            if not 1 <= b.master_port <= 65535:
+                raise BadRequest(f"master_port: {b.master_port} is not a port (1..65535)")
+            if not 2 <= b.world_size <= 1 << 16 or not 1 <= b.rank_offset < b.world_size:
                 raise BadRequest(
-                    f"world_size {b['world_size']}, rank_offset {b['rank_offset']}: need "
+                    f"world_size {b.world_size}, rank_offset {b.rank_offset}: need "
                     f"2 <= world_size and 1 <= rank_offset < world_size (the trainer is rank 0)"
                 )
-            if not b["master_address"] or not b["group_name"]:
+            if not b.master_address or not b.group_name:
                 raise BadRequest("master_address and group_name must not be empty")
-            if b["group_name"] in self.groups:
-                raise BadRequest(f"group {b['group_name']!r} already exists")
-            backend = b.get("backend")
-            if backend is None:
-                backend = "nccl" if self.engine.device.type == "cuda" else "gloo"
-            if not isinstance(backend, str) or backend not in WEIGHT_BACKENDS:
-                raise BadRequest(f"backend: expected one of {WEIGHT_BACKENDS}, got {str(backend)[:60]!r}")
+            if b.group_name in self.groups:
+                raise BadRequest(f"group {b.group_name!r} already exists")
+            backend = b.backend or ("nccl" if self.engine.device.type == "cuda" else "gloo")
+            if backend not in WEIGHT_BACKENDS:
+                raise BadRequest(f"backend: expected one of {WEIGHT_BACKENDS}, got {backend[:60]!r}")
             group = await asyncio.to_thread(
                 WeightGroup.join,
-                b["master_address"],
-                b["master_port"],
-                b["world_size"],
-                b["rank_offset"],
-                b["group_name"],
+                b.master_address,
+                b.master_port,
+                b.world_size,
+                b.rank_offset,
+                b.group_name,
                 backend,
                 self.group_timeout_s,
             )
         except (BadRequest, ValueError, RuntimeError, OSError, TypeError) as e:
             return self._failed(e)
-        self.groups[b["group_name"]] = group
-        return web.json_response({"success": True, "message": f"joined {b['group_name']} as rank {group.rank}"})
+        self.groups[b.group_name] = group
+        return web.json_response({"success": True, "message": f"joined {b.group_name} as rank {group.rank}"})
 
     async def update_weight_version(self, request: web.Request) -> web.Response:
-        body = await self._json(request)
-        version = body.get("new_version")
-        if not isinstance(version, str):
-            raise BadRequest("new_version: expected a string")
-        abort_all = self._flag(body, "abort_all_requests", True)
-        if abort_all:
+        body = parse_body(UpdateWeightVersion, await self._json(request))
+        if body.abort_all_requests:
             await asyncio.to_thread(self.engine.abort, None, "Abort by /update_weight_version")
-        await asyncio.to_thread(self.engine.set_version, version)
-        return web.json_response({"success": True, "message": f"weight_version {version}"})
+        await asyncio.to_thread(self.engine.set_version, body.new_version)
+        return web.json_response({"success": True, "message": f"weight_version {body.new_version}"})
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         await self._json(request)  # no fields, but a malformed body is still refused

@@ -105,9 +105,19 @@ def make_prompts(n: int, vocab: int, seed: int = 0, lo: int = 4, hi: int = 24):
     ]
 
 
+def model_with(ref_model, state):
+    """A copy of `ref_model` holding `state`."""
+    import copy
+
+    m = copy.deepcopy(ref_model)
+    m.load_state_dict(state, strict=False)
+    return m
+
+
 class Helpers:
     """Shared test helpers, handed out as a fixture (test modules cannot import conftest)."""
 
+    model_with = staticmethod(model_with)
     teacher_forced_logprobs = staticmethod(teacher_forced_logprobs)
     perturbed_state = staticmethod(perturbed_state)
     make_prompts = staticmethod(make_prompts)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 
 import aiohttp
@@ -19,14 +18,8 @@ from rollout.generator.client import GeneratorClient, GeneratorError, GeneratorU
 LONG = 1000  # tokens: long enough that a pause 0.15 s in catches the request mid-way
 
 
-def _model_with(ref_model, state):
-    m = copy.deepcopy(ref_model)
-    m.load_state_dict(state, strict=False)
-    return m
-
-
-def _save(ref_model, state, path):
-    _model_with(ref_model, state).save_pretrained(path)
+def _save(ref_model, state, path, h):
+    h.model_with(ref_model, state).save_pretrained(path)
     return str(path)
 
 
@@ -39,8 +32,8 @@ def _split_by_version(r):
 def test_disk_update_and_interrupted_requests(fresh_server, ref_model, checker, h, tmp_path):
     prompt = h.make_prompts(1, ref_model.config.vocab_size, seed=7)[0]
     states = {v: h.perturbed_state(ref_model, seed=v) for v in (1, 2, 3)}
-    paths = {v: _save(ref_model, s, tmp_path / f"v{v}") for v, s in states.items()}
-    models = {v: _model_with(ref_model, s) for v, s in states.items()}
+    paths = {v: _save(ref_model, s, tmp_path / f"v{v}", h) for v, s in states.items()}
+    models = {v: h.model_with(ref_model, s) for v, s in states.items()}
     models[0] = ref_model
     bad_path = tmp_path / "bad"
     bad_path.mkdir()
@@ -135,7 +128,7 @@ def test_distributed_push(fresh_server, ref_model, checker, h):
     world, n_buckets, before, after = asyncio.run(go())
     assert world == 2 and n_buckets > 1
     assert before.versions == [0] * 16 and after.versions == [7] * 16
-    ref = h.teacher_forced_logprobs(_model_with(ref_model, new), prompt, after.output_ids)
+    ref = h.teacher_forced_logprobs(h.model_with(ref_model, new), prompt, after.output_ids)
     assert torch.allclose(torch.tensor(after.logprobs), ref, atol=1e-4)
     old = h.teacher_forced_logprobs(ref_model, prompt, after.output_ids)
     assert (old - ref).abs().max() > 1e-2  # the weights really changed
