@@ -22,7 +22,7 @@ from typing import Callable, Deque, Iterable, List, Optional, Sequence, Set, Tup
 import torch
 
 from . import kv_cache
-from .sampling import SamplingSpec, sample
+from .sampling import SamplingSpec, sample_from, scaled_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,11 @@ class Request:
     spec: SamplingSpec
     on_done: Callable[[Request], None]  # called once, from the engine thread
     generator: Optional[torch.Generator] = None  # set for a sampling_seed; None: the engine's stream
+    top_logprobs_num: int = 0  # > 0: record the k most likely tokens at every output position
+    on_token: Optional[Callable[[Request], None]] = None  # after each unfinished token (streaming)
     output_ids: List[int] = field(default_factory=list)
     logprobs: List[float] = field(default_factory=list)
+    top_logprobs: List[List[Tuple[float, int]]] = field(default_factory=list)  # per output token
     spans: List[List] = field(default_factory=list)  # [version, start, end) over output tokens
     finish: Optional[dict] = None
     created: float = field(default_factory=time.monotonic)
@@ -51,6 +54,16 @@ class Request:
             self.finish = finish
         self.finished_at = time.monotonic()
         self.on_done(self)
+
+
+def top_entries(logp: torch.Tensor, ks: Sequence[int]) -> List[List[Tuple[float, int]]]:
+    """Row i's `ks[i]` most likely tokens as (log-prob, token id), best first ([] for k = 0)."""
+    k = min(max(ks, default=0), logp.shape[-1])
+    if k <= 0:
+        return [[] for _ in ks]
+    values, ids = logp.topk(k, dim=-1)
+    values, ids = values.tolist(), ids.tolist()
+    return [list(zip(values[i][:n], ids[i][:n])) for i, n in enumerate(ks)]
 
 
 def _pad_left(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -80,6 +93,7 @@ class Engine:
         # and rows decoded, so a bench can tell extra work from slower work.
         self.busy_s, self.tokens_out, self.started_at = 0.0, 0, time.monotonic()
         self.prefill_s, self.prefill_tokens, self.decode_s, self.decode_rows = 0.0, 0, 0.0, 0
+        self.score_tokens = 0  # prompt tokens scored for prompt log-probs (`prompt_logprobs`)
         self._step_lock = threading.RLock()  # held for a step and for every change of state
         self._cv = threading.Condition()  # guards the waiting queue, paused, stopping, _control_waiting
         # Control calls waiting for the step lock; the loop starts no step while any waits, so a
@@ -133,6 +147,7 @@ class Engine:
             "prefill_tokens": self.prefill_tokens,
             "decode_s": self.decode_s,
             "decode_rows": self.decode_rows,
+            "score_tokens": self.score_tokens,
         }
 
     def in_flight(self) -> int:
@@ -321,18 +336,36 @@ class Engine:
             else ()
             for r in rows
         ]
-        tokens, logps = sample(logits, [r.spec for r in rows], [r.generator for r in rows], banned, self._rng)
+        specs = [r.spec for r in rows]
+        logp = scaled_logprobs(logits, specs, banned)
+        tokens, logps = sample_from(logp, specs, [r.generator for r in rows], self._rng)
+        tops = top_entries(logp, [r.top_logprobs_num for r in rows])
         self.tokens_out += len(rows)
-        for r, t, lp in zip(rows, tokens.tolist(), logps.tolist()):
+        for r, t, lp, top in zip(rows, tokens.tolist(), logps.tolist(), tops):
             n = len(r.output_ids)
             r.output_ids.append(t)
             r.logprobs.append(lp)
+            if r.top_logprobs_num:
+                r.top_logprobs.append(top)
             if r.spans and r.spans[-1][0] == self.version:
                 r.spans[-1][2] = n + 1
             else:
                 r.spans.append([self.version, n, n + 1])
             r.finish = self._finish_of(r, t)
+            if r.on_token is not None and r.finish is None:
+                r.on_token(r)
         return tokens
+
+    def prompt_logprobs(self, ids: List[int], temperature: float, top_k: int) -> Tuple[list, list]:
+        """Teacher-forced log-probs of every prompt token after the first (as sampled tokens'
+        log-probs: temperature-scaled), and its `top_k` most likely tokens per position; one
+        forward pass between two steps, under the weights the engine holds then."""
+        with self._control(), torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([ids], device=self.device)).logits[0, :-1]
+            logp = scaled_logprobs(logits, [SamplingSpec(temperature=temperature)] * len(logits), [()] * len(logits))
+            self.score_tokens += len(ids)
+        chosen = logp.gather(1, torch.tensor(ids[1:], device=self.device).unsqueeze(1))[:, 0].tolist()
+        return chosen, top_entries(logp, [top_k] * len(logits))
 
     def _finish_of(self, r: Request, t: int) -> Optional[dict]:
         spec, n = r.spec, len(r.output_ids)

@@ -31,6 +31,8 @@ class SamplingSpec:
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
     sampling_seed: Optional[int] = None
+    n: int = 1  # samples of the prompt (the server expands them into requests)
+    stream_interval: int = 1  # tokens between two streamed chunks
 
     @property
     def greedy(self) -> bool:
@@ -41,6 +43,20 @@ class SamplingSpec:
         return self.top_p < 1.0 or 1 < self.top_k < ALL_TOKENS or self.min_p > 0.0
 
 
+def scaled_logprobs(
+    logits: torch.Tensor, specs: Sequence[SamplingSpec], banned: Sequence[Sequence[int]]
+) -> torch.Tensor:
+    """Log-probs [B, V] of the temperature-scaled distribution (raw logits when greedy), with
+    `banned[i]` (eos / stop ids row i may not sample yet, before min_new_tokens) at -inf:
+    what a token is sampled from and what its returned (and top-k) log-probs are."""
+    logits = logits.float()
+    for i, ids in enumerate(banned):
+        if ids:
+            logits[i, list(ids)] = float("-inf")
+    temps = torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in specs], device=logits.device)
+    return torch.log_softmax(logits / temps.unsqueeze(1), dim=-1)
+
+
 def sample(
     logits: torch.Tensor,
     specs: Sequence[SamplingSpec],
@@ -48,20 +64,21 @@ def sample(
     banned: Sequence[Sequence[int]],
     shared: Optional[torch.Generator] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """One token per row of `logits` [B, V]; returns (tokens [B], log-probs [B]).
+    """One token per row of `logits` [B, V]; returns (tokens [B], log-probs [B])."""
+    return sample_from(scaled_logprobs(logits, specs, banned), specs, generators, shared)
+
+
+def sample_from(
+    logp: torch.Tensor,
+    specs: Sequence[SamplingSpec],
+    generators: Sequence[Optional[torch.Generator]],
+    shared: Optional[torch.Generator] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of `scaled_logprobs` [B, V]; returns (tokens [B], their log-probs [B]).
 
     A row with its own generator (a sampling_seed) draws from it alone, so its tokens do not
     depend on its batch; the other rows draw together from `shared`.
-    `banned[i]` are token ids row i may not sample yet (eos / stop ids before min_new_tokens).
     """
-    logits = logits.float()
-    for i, ids in enumerate(banned):
-        if ids:
-            logits[i, list(ids)] = float("-inf")
-    temps = torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in specs], device=logits.device).unsqueeze(
-        1
-    )
-    logp = torch.log_softmax(logits / temps, dim=-1)
     tokens = logp.argmax(dim=-1)
     rows = [i for i, s in enumerate(specs) if not s.greedy]
     if rows:

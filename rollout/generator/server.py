@@ -8,6 +8,7 @@ request is answered with a 4xx in SGLang's error shape and the server keeps serv
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import glob
 import json
 import logging
@@ -33,7 +34,7 @@ from .admin_requests import (
     parse_body,
 )
 from .engine import Engine, Request, WeightLoadError
-from .protocol import BadRequest, build_response, error_body, parse_generate
+from .protocol import BadRequest, ParsedGenerate, build_response, error_body, parse_generate
 
 log = logging.getLogger(__name__)
 
@@ -141,37 +142,103 @@ class GeneratorServer:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     # ---- routes ----
-    async def generate(self, request: web.Request) -> web.Response:
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        """SGLang's /generate: one prompt or a batch, `n` samples each, optionally streamed."""
         body = await self._json(request)
         encode = (lambda t: self.tokenizer.encode(t, add_special_tokens=False)) if self.tokenizer else None
-        p = parse_generate(body, self.meta.vocab_size, self.meta.max_context_len, encode)
-        rid = p.rid or uuid.uuid4().hex
-        if self.engine.has_rid(rid):
-            return self._bad(f"rid {rid!r} is already in flight")
+        batch = parse_generate(body, self.meta.vocab_size, self.meta.max_context_len, encode)
+        items = [dataclasses.replace(it, rid=it.rid or uuid.uuid4().hex) for it in batch.items]
+        rids = [it.rid for it in items]
+        if len(set(rids)) < len(rids):
+            return self._bad(f"rid {next(r for r in rids if rids.count(r) > 1)!r} appears twice in the request")
+        busy = [r for r in rids if self.engine.has_rid(r)]
+        if busy:
+            return self._bad(f"rid {busy[0]!r} is already in flight")
+        prompt_lps = [await self._prompt_logprobs(it) for it in items]
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        progress: asyncio.Queue = asyncio.Queue()
+        futures = [loop.create_future() for _ in items]
+        reqs = [self._request(it, i, loop, futures[i], progress, batch.stream) for i, it in enumerate(items)]
+        for req in reqs:
+            self.engine.submit(req)
+        index = (lambda i: i) if batch.batched else (lambda i: None)
+        try:
+            if batch.stream:
+                return await self._stream(request, items, reqs, futures, prompt_lps, progress, index)
+            await asyncio.gather(*futures)
+        except (asyncio.CancelledError, ConnectionError):  # the client went away: stop its requests
+            for rid in rids:
+                await asyncio.to_thread(self.engine.abort, rid, "client disconnected")
+            raise
+        failed = next((r for r in reqs if r.error is not None), None)
+        if failed is not None:
+            return self._bad(failed.error, 500)
+        out = [self._response(it, r, lp) for it, r, lp in zip(items, reqs, prompt_lps)]
+        return web.json_response(out if batch.batched else out[0])
+
+    async def _prompt_logprobs(self, item: ParsedGenerate):
+        if not item.return_logprob or item.logprob_start_len < 0:
+            return None
+        return await asyncio.to_thread(
+            self.engine.prompt_logprobs, item.input_ids, item.spec.temperature, item.top_logprobs_num
+        )
+
+    def _request(self, item: ParsedGenerate, i: int, loop, fut, progress: asyncio.Queue, stream: bool) -> Request:
+        """The engine request of sequence `i`: `fut` resolves on the loop when it ends, and while
+        streaming every new token (every stream_interval tokens) puts `i` on `progress`."""
 
         def done(req: Request) -> None:
             loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(req))
+            if stream:
+                loop.call_soon_threadsafe(progress.put_nowait, i)
+
+        def token(req: Request) -> None:
+            if len(req.output_ids) % req.spec.stream_interval == 0:
+                loop.call_soon_threadsafe(progress.put_nowait, i)
 
         gen = None
-        if p.spec.sampling_seed is not None:
+        if item.spec.sampling_seed is not None:
             gen = torch.Generator(device=self.engine.device)
-            gen.manual_seed(p.spec.sampling_seed)
-        req = Request(rid, p.input_ids, p.spec, done, generator=gen)
-        self.engine.submit(req)
-        try:
-            await fut
-        except asyncio.CancelledError:  # the client went away: stop spending compute on it
-            await asyncio.to_thread(self.engine.abort, rid, "client disconnected")
-            raise
-        if req.error is not None:
-            return self._bad(req.error, 500)
-        text = self._decode(req.output_ids, p.spec.skip_special_tokens)
+            gen.manual_seed(item.spec.sampling_seed)
+        req = Request(
+            item.rid,
+            item.input_ids,
+            item.spec,
+            done,
+            generator=gen,
+            top_logprobs_num=item.top_logprobs_num if item.return_logprob else 0,
+            on_token=token if stream else None,
+        )
+        return req
+
+    def _response(self, item: ParsedGenerate, req: Request, prompt_lp, index=None) -> Dict[str, Any]:
+        output = list(req.output_ids)  # the engine thread may append while a stream reads
+        text = self._decode(output, item.spec.skip_special_tokens)
         matched = (req.finish or {}).get("matched")
-        if isinstance(matched, str) and not p.spec.no_stop_trim and matched in text:
+        if isinstance(matched, str) and not item.spec.no_stop_trim and matched in text:
             text = text[: text.index(matched)]
-        return web.json_response(build_response(req, p.return_logprob, self.engine.version, text))
+        token_text = lambda t: self._decode([t], False)  # noqa: E731
+        return build_response(req, item, self.engine.version, text, token_text, prompt_lp, index)
+
+    async def _stream(self, request, items, reqs, futures, prompt_lps, progress, index) -> web.StreamResponse:
+        """SGLang's server-sent events: a `data: {...}` chunk per new token (every
+        stream_interval tokens) of a sequence, cumulative text and ids, then `data: [DONE]`."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        left = len(reqs)
+        while left:
+            i = await progress.get()
+            req = reqs[i]
+            finished = futures[i].done()
+            if req.error is not None:  # SGLang's GenerateStreamError
+                chunk = {"error": error_body(req.error, 500)["error"], "index": index(i)}
+            else:
+                chunk = self._response(items[i], req, prompt_lps[i] if finished else None, index(i))
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            left -= finished
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)

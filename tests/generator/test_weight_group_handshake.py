@@ -108,7 +108,8 @@ pg = init_custom_process_group(backend="gloo", init_method="tcp://127.0.0.1:{por
     timeout=timedelta(seconds=60), world_size=2, rank=1, group_name="weights")
 t = torch.empty(5)
 dist.broadcast(t, 0, pg)
-print(json.dumps(t.tolist()))
+print(json.dumps(t.tolist()), flush=True)
+dist.destroy_process_group(pg)
 """
 
 

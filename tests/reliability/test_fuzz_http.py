@@ -100,7 +100,7 @@ GENERATOR = {
             "rid": not_(*STR),
             "stream": not_(*BOOL),
             "return_logprob": not_(*BOOL),
-            "sampling_params": not_(*DICT),
+            "sampling_params": not_(DICT[0], LIST[0]) | st.lists(not_(*DICT), min_size=1, max_size=1),
             SP + "max_new_tokens": not_(*INT) | st.integers(max_value=-1) | HUGE_INTS,
             SP + "temperature": not_(*NUM)
             | st.floats(max_value=-1e-9)
@@ -114,7 +114,7 @@ GENERATOR = {
             SP + "sampling_seed": not_(*INT) | st.integers(max_value=-1) | st.integers(min_value=2**64),
             SP + "ignore_eos": not_(*BOOL),
             SP + "skip_special_tokens": not_(*BOOL),
-            SP + "n": st.integers(min_value=2) | not_(*INT),
+            SP + "n": st.integers(max_value=0) | st.integers(min_value=1025) | not_(*INT),
         },
         "ignored",
     ),
