@@ -49,6 +49,33 @@ class ModelMeta:
     max_context_len: int
 
 
+def snapshot(req: Request, n: int) -> Request:
+    """`req` as it was when it held `n` output tokens (the engine thread goes on appending
+    while a streamed chunk is written), unfinished."""
+    spans = [[v, s, min(e, n)] for v, s, e in req.spans if s < n]
+    return dataclasses.replace(
+        req,
+        output_ids=req.output_ids[:n],
+        logprobs=req.logprobs[:n],
+        top_logprobs=req.top_logprobs[:n],
+        spans=spans,
+        finish=None,
+    )
+
+
+def sse_response() -> web.StreamResponse:
+    """A server-sent-events answer (SGLang's and OpenAI's streams)."""
+    return web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+
+
+async def end_sse(resp: web.StreamResponse, request: web.Request) -> web.StreamResponse:
+    if not resp.prepared:
+        await resp.prepare(request)
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
 def load_safetensors_dir(path: str) -> List[Tuple[str, torch.Tensor]]:
     """All tensors of a Hugging Face safetensors checkpoint folder (any number of shards)."""
     from safetensors.torch import load_file
@@ -145,36 +172,68 @@ class GeneratorServer:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         """SGLang's /generate: one prompt or a batch, `n` samples each, optionally streamed."""
         body = await self._json(request)
-        encode = (lambda t: self.tokenizer.encode(t, add_special_tokens=False)) if self.tokenizer else None
-        batch = parse_generate(body, self.meta.vocab_size, self.meta.max_context_len, encode)
-        items = [dataclasses.replace(it, rid=it.rid or uuid.uuid4().hex) for it in batch.items]
+        batch = parse_generate(body, self.meta.vocab_size, self.meta.max_context_len, self.encode)
+        items = batch.items
+        if not batch.stream:
+            reqs, prompt_lps = await self.run(items)
+            failed = next((r for r in reqs if r.error is not None), None)
+            if failed is not None:
+                return self._bad(failed.error, 500)
+            out = [self._response(it, r, lp) for it, r, lp in zip(items, reqs, prompt_lps)]
+            return web.json_response(out if batch.batched else out[0])
+        resp = sse_response()
+        index = (lambda i: i) if batch.batched else (lambda i: None)
+
+        async def chunk(i: int, req: Request, prompt_lp, finished: bool) -> None:
+            if not resp.prepared:
+                await resp.prepare(request)
+            if req.error is not None:  # SGLang's GenerateStreamError
+                out = {"error": error_body(req.error, 500)["error"], "index": index(i)}
+            else:
+                out = self._response(items[i], req, prompt_lp if finished else None, index(i))
+            await resp.write(b"data: " + json.dumps(out).encode() + b"\n\n")
+
+        await self.run(items, chunk)
+        return await end_sse(resp, request)
+
+    def encode(self, text: str) -> List[int]:
+        if self.tokenizer is None:
+            raise BadRequest("text: this model has no tokenizer; send input_ids")
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    async def run(self, items: List[ParsedGenerate], on_event=None) -> Tuple[List[Request], list]:
+        """Generate every sequence of `items` together; returns their finished engine requests
+        and prompt log-probs. With `on_event`, `await on_event(i, req, prompt_lp, finished)` runs
+        for every new token of sequence i (every stream_interval tokens) and once when it ends.
+        A client that goes away (cancelled handler, broken stream) aborts them all."""
+        items[:] = [dataclasses.replace(it, rid=it.rid or uuid.uuid4().hex) for it in items]
         rids = [it.rid for it in items]
         if len(set(rids)) < len(rids):
-            return self._bad(f"rid {next(r for r in rids if rids.count(r) > 1)!r} appears twice in the request")
+            raise BadRequest(f"rid {next(r for r in rids if rids.count(r) > 1)!r} appears twice in the request")
         busy = [r for r in rids if self.engine.has_rid(r)]
         if busy:
-            return self._bad(f"rid {busy[0]!r} is already in flight")
+            raise BadRequest(f"rid {busy[0]!r} is already in flight")
         prompt_lps = [await self._prompt_logprobs(it) for it in items]
         loop = asyncio.get_running_loop()
         progress: asyncio.Queue = asyncio.Queue()
         futures = [loop.create_future() for _ in items]
-        reqs = [self._request(it, i, loop, futures[i], progress, batch.stream) for i, it in enumerate(items)]
+        stream = on_event is not None
+        reqs = [self._request(it, i, loop, futures[i], progress, stream) for i, it in enumerate(items)]
         for req in reqs:
             self.engine.submit(req)
-        index = (lambda i: i) if batch.batched else (lambda i: None)
         try:
-            if batch.stream:
-                return await self._stream(request, items, reqs, futures, prompt_lps, progress, index)
+            left = len(reqs) if stream else 0
+            while left:
+                i, n = await progress.get()  # n: tokens at the event; None: the sequence ended
+                view = reqs[i] if n is None else snapshot(reqs[i], n)
+                await on_event(i, view, prompt_lps[i], n is None)
+                left -= n is None
             await asyncio.gather(*futures)
         except (asyncio.CancelledError, ConnectionError):  # the client went away: stop its requests
             for rid in rids:
                 await asyncio.to_thread(self.engine.abort, rid, "client disconnected")
             raise
-        failed = next((r for r in reqs if r.error is not None), None)
-        if failed is not None:
-            return self._bad(failed.error, 500)
-        out = [self._response(it, r, lp) for it, r, lp in zip(items, reqs, prompt_lps)]
-        return web.json_response(out if batch.batched else out[0])
+        return reqs, prompt_lps
 
     async def _prompt_logprobs(self, item: ParsedGenerate):
         if not item.return_logprob or item.logprob_start_len < 0:
@@ -190,11 +249,12 @@ class GeneratorServer:
         def done(req: Request) -> None:
             loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(req))
             if stream:
-                loop.call_soon_threadsafe(progress.put_nowait, i)
+                loop.call_soon_threadsafe(progress.put_nowait, (i, None))
 
         def token(req: Request) -> None:
-            if len(req.output_ids) % req.spec.stream_interval == 0:
-                loop.call_soon_threadsafe(progress.put_nowait, i)
+            n = len(req.output_ids)
+            if n % req.spec.stream_interval == 0:
+                loop.call_soon_threadsafe(progress.put_nowait, (i, n))
 
         gen = None
         if item.spec.sampling_seed is not None:
@@ -212,33 +272,12 @@ class GeneratorServer:
         return req
 
     def _response(self, item: ParsedGenerate, req: Request, prompt_lp, index=None) -> Dict[str, Any]:
-        output = list(req.output_ids)  # the engine thread may append while a stream reads
-        text = self._decode(output, item.spec.skip_special_tokens)
+        text = self._decode(req.output_ids, item.spec.skip_special_tokens)
         matched = (req.finish or {}).get("matched")
         if isinstance(matched, str) and not item.spec.no_stop_trim and matched in text:
             text = text[: text.index(matched)]
         token_text = lambda t: self._decode([t], False)  # noqa: E731
         return build_response(req, item, self.engine.version, text, token_text, prompt_lp, index)
-
-    async def _stream(self, request, items, reqs, futures, prompt_lps, progress, index) -> web.StreamResponse:
-        """SGLang's server-sent events: a `data: {...}` chunk per new token (every
-        stream_interval tokens) of a sequence, cumulative text and ids, then `data: [DONE]`."""
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        left = len(reqs)
-        while left:
-            i = await progress.get()
-            req = reqs[i]
-            finished = futures[i].done()
-            if req.error is not None:  # SGLang's GenerateStreamError
-                chunk = {"error": error_body(req.error, 500)["error"], "index": index(i)}
-            else:
-                chunk = self._response(items[i], req, prompt_lps[i] if finished else None, index(i))
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            left -= finished
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
