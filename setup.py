@@ -43,6 +43,7 @@ EXTRAS = {
         "hypothesis>=6.100",
         "ruff==0.17.5",  # one pinned version: lint and format results do not drift between runs
         "import-linter>=2.1",  # the layer contracts of docs/architecture.md
+        "openai>=1.40",  # the OpenAI-compatible routes are tested with the real client
         # what SGLang's argument parser imports (tests/generator/test_sglang_args.py; the wheel is --no-deps)
         "orjson",
         "pybase64",

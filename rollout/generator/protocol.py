@@ -259,7 +259,7 @@ def _prompts(body: dict, encode: Optional[Callable[[str], List[int]]]) -> Tuple[
     return prompts, batched
 
 
-def _check_prompt(ids: List[int], where: str, vocab_size: int, max_context_len: int) -> None:
+def check_prompt(ids: List[int], where: str, vocab_size: int, max_context_len: int) -> None:
     if not ids:
         raise BadRequest(f"{where}: the prompt is empty")
     for i, t in enumerate(ids):
@@ -292,7 +292,7 @@ def parse_generate(
     prompts, batched = _prompts(body, encode)
     where = "input_ids" if body.get("input_ids") is not None else "text"
     for i, p in enumerate(prompts):
-        _check_prompt(p, f"{where}[{i}]" if batched else where, vocab_size, max_context_len)
+        check_prompt(p, f"{where}[{i}]" if batched else where, vocab_size, max_context_len)
     m = len(prompts)
     rids = (
         _per_prompt(body, "rid", m, _expect(str, "a string"), None)

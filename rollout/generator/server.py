@@ -13,6 +13,7 @@ import glob
 import json
 import logging
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -20,10 +21,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from aiohttp import web
 
+from areal_mem import __version__
 from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.security import bearer_auth_middleware, json_errors_middleware
 from areal_mem.weight_transport import BucketMeta, WeightGroup
 
+from . import openai_api
 from .admin_requests import (
     Abort,
     InitWeightsUpdateGroup,
@@ -34,7 +37,7 @@ from .admin_requests import (
     parse_body,
 )
 from .engine import Engine, Request, WeightLoadError
-from .protocol import BadRequest, ParsedGenerate, build_response, error_body, parse_generate
+from .protocol import BadRequest, ParsedGenerate, build_response, check_prompt, error_body, parse_generate
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +126,8 @@ class GeneratorServer:
         self.group_timeout_s = group_timeout_s
         self.weights_dirs = list(weights_dirs)  # /update_weights_from_disk loads only inside these
         self.groups: Dict[str, WeightGroup] = {}
+        self.host, self.port = "", 0  # where `serve` listens
+        self.started = int(time.time())
 
     # ---- helpers ----
     @staticmethod
@@ -271,13 +276,192 @@ class GeneratorServer:
         )
         return req
 
-    def _response(self, item: ParsedGenerate, req: Request, prompt_lp, index=None) -> Dict[str, Any]:
+    def _text(self, item: ParsedGenerate, req: Request) -> str:
+        """The output text, without the stop string that ended it (unless no_stop_trim)."""
         text = self._decode(req.output_ids, item.spec.skip_special_tokens)
         matched = (req.finish or {}).get("matched")
         if isinstance(matched, str) and not item.spec.no_stop_trim and matched in text:
             text = text[: text.index(matched)]
-        token_text = lambda t: self._decode([t], False)  # noqa: E731
-        return build_response(req, item, self.engine.version, text, token_text, prompt_lp, index)
+        return text
+
+    def token_text(self, token: int) -> str:
+        return self._decode([token], False)
+
+    def _response(self, item: ParsedGenerate, req: Request, prompt_lp, index=None) -> Dict[str, Any]:
+        text = self._text(item, req)
+        return build_response(req, item, self.engine.version, text, self.token_text, prompt_lp, index)
+
+    # ---- OpenAI-compatible routes (openai_api.py) ----
+    def _check_model(self, name: str) -> None:
+        if name not in (self.meta.model_path, os.path.basename(self.meta.model_path.rstrip(os.sep))):
+            raise BadRequest(
+                f"model: the model `{name}` does not exist; this server serves {self.meta.model_path!r}", 404
+            )
+
+    def _prompt_ids(self, prompts: List[List[int]], where: str) -> List[List[int]]:
+        for i, p in enumerate(prompts):
+            check_prompt(
+                p, f"{where}[{i}]" if len(prompts) > 1 else where, self.meta.vocab_size, self.meta.max_context_len
+            )
+        return prompts
+
+    async def v1_models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [self._model_card()]})
+
+    async def v1_model(self, request: web.Request) -> web.Response:
+        self._check_model(request.match_info["model"])
+        return web.json_response(self._model_card())
+
+    def _model_card(self) -> Dict[str, Any]:
+        return {
+            "id": self.meta.model_path,
+            "object": "model",
+            "created": self.started,
+            "owned_by": "areal-mem",
+            "root": self.meta.model_path,
+            "max_model_len": self.meta.max_context_len,
+        }
+
+    async def v1_completions(self, request: web.Request) -> web.StreamResponse:
+        b = openai_api.parse(openai_api.CompletionBody, await self._json(request))
+        self._check_model(b.model)
+        p = b.prompt
+        if isinstance(p, str) or (isinstance(p, list) and p and all(isinstance(x, str) for x in p)):
+            prompts = [self.encode(t) for t in ([p] if isinstance(p, str) else p)]
+        else:
+            prompts = [p] if not p or isinstance(p[0], int) else p
+        self._prompt_ids(prompts, "prompt")
+        items = openai_api.items_of(prompts, openai_api.spec_of(b, b.max_tokens, 16), b.n, b.logprobs)
+
+        def choice(i: int, req: Request, text: str) -> Dict[str, Any]:
+            lp = self._completion_logprobs(req) if b.logprobs is not None else None
+            return {"index": i, "text": text, "logprobs": lp, "finish_reason": openai_api.finish_reason(req)}
+
+        return await self._openai(request, b, "text_completion", "cmpl", prompts, items, choice)
+
+    async def v1_chat_completions(self, request: web.Request) -> web.StreamResponse:
+        b = openai_api.parse(openai_api.ChatBody, await self._json(request))
+        self._check_model(b.model)
+        if b.top_logprobs is not None and not b.logprobs:
+            raise BadRequest("top_logprobs: needs logprobs=true")
+        prompts = self._prompt_ids([self._chat_prompt(b.messages)], "messages")
+        max_tokens = b.max_completion_tokens if b.max_completion_tokens is not None else b.max_tokens
+        default = self.meta.max_context_len - len(prompts[0])
+        top = (b.top_logprobs or 0) if b.logprobs else None
+        items = openai_api.items_of(prompts, openai_api.spec_of(b, max_tokens, default), b.n, top)
+
+        def choice(i: int, req: Request, text: str) -> Dict[str, Any]:
+            lp = {"content": self._chat_logprobs(req)} if b.logprobs else None
+            message = {"role": "assistant", "content": text}
+            return {"index": i, "message": message, "logprobs": lp, "finish_reason": openai_api.finish_reason(req)}
+
+        return await self._openai(request, b, "chat.completion", "chatcmpl", prompts, items, choice)
+
+    def _chat_prompt(self, messages) -> List[int]:
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            raise BadRequest("messages: this model has no chat template; use /v1/completions")
+        convo = []
+        for i, m in enumerate(messages):
+            content = m.content
+            if isinstance(content, list):
+                if any(part.get("type") != "text" for part in content):
+                    raise BadRequest(f"messages[{i}].content: only text parts are supported")
+                content = "".join(str(part.get("text", "")) for part in content)
+            convo.append({"role": m.role, "content": content or "", **({"name": m.name} if m.name else {})})
+        ids = self.tokenizer.apply_chat_template(convo, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+    def _completion_logprobs(self, req: Request) -> Dict[str, Any]:
+        tokens = [self.token_text(t) for t in req.output_ids]
+        offsets, at = [], 0
+        for t in tokens:
+            offsets.append(at)
+            at += len(t)
+        top = [{self.token_text(t): lp for lp, t in row} for row in req.top_logprobs] if req.top_logprobs_num else None
+        return {"tokens": tokens, "token_logprobs": list(req.logprobs), "top_logprobs": top, "text_offset": offsets}
+
+    def _chat_logprobs(self, req: Request) -> List[Dict[str, Any]]:
+        def entry(lp: float, t: int) -> Dict[str, Any]:
+            text = self.token_text(t)
+            return {"token": text, "logprob": lp, "bytes": list(text.encode())}
+
+        rows = req.top_logprobs if req.top_logprobs_num else [[] for _ in req.output_ids]
+        return [
+            {**entry(lp, t), "top_logprobs": [entry(a, b) for a, b in row]}
+            for lp, t, row in zip(req.logprobs, req.output_ids, rows)
+        ]
+
+    async def _openai(self, request, b, kind: str, prefix: str, prompts, items, choice) -> web.StreamResponse:
+        """Run `items`; answer one object with every choice, or (stream) chunks of text deltas."""
+        rid, created, model = openai_api.new_id(prefix), openai_api.now(), b.model
+        if not b.stream:
+            reqs, _ = await self.run(items)
+            failed = next((r for r in reqs if r.error is not None), None)
+            if failed is not None:
+                raise BadRequest(failed.error, 500)
+            choices = [choice(i, r, self._text(it, r)) for i, (it, r) in enumerate(zip(items, reqs))]
+            body = openai_api.envelope(kind, model, rid, created, choices)
+            return web.json_response({**body, "usage": openai_api.usage(prompts, reqs)})
+        chat = kind == "chat.completion"
+        resp, sent, started = sse_response(), [""] * len(items), [False] * len(items)
+        chunk_kind = "chat.completion.chunk" if chat else kind
+
+        async def event(i: int, req: Request, _prompt_lp, finished: bool) -> None:
+            if not resp.prepared:
+                await resp.prepare(request)
+            text = self._text(items[i], req)
+            if not finished and text.endswith("\ufffd"):
+                return  # a character cut between tokens: wait for the rest of it
+            delta = text[len(sent[i]) :] if text.startswith(sent[i]) else ""
+            sent[i] = text
+            reason = openai_api.finish_reason(req) if finished else None
+            if chat:
+                d = {"content": delta} if delta or not finished else {}
+                if not started[i]:
+                    d, started[i] = {"role": "assistant", **d}, True
+                c = {"index": i, "delta": d, "logprobs": None, "finish_reason": reason}
+            else:
+                c = {"index": i, "text": delta, "logprobs": None, "finish_reason": reason}
+            out = openai_api.envelope(chunk_kind, model, rid, created, [c])
+            await resp.write(b"data: " + json.dumps(out).encode() + b"\n\n")
+
+        reqs, _ = await self.run(items, event)
+        if (b.stream_options or {}).get("include_usage"):
+            if not resp.prepared:
+                await resp.prepare(request)
+            last = {
+                **openai_api.envelope(chunk_kind, model, rid, created, []),
+                "usage": openai_api.usage(prompts, reqs),
+            }
+            await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
+        return await end_sse(resp, request)
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        """SGLang's /server_info fields that apply to one embedded engine."""
+        e = self.engine
+        return web.json_response(
+            {
+                "model_path": self.meta.model_path,
+                "served_model_name": self.meta.model_path,
+                "tokenizer_path": self.meta.model_path,
+                "max_context_length": self.meta.max_context_len,
+                "max_total_num_tokens": e.max_batch_size * self.meta.max_context_len,
+                "max_running_requests": e.max_batch_size,
+                "version": f"areal-mem-embedded {__version__}",
+                "host": self.host,
+                "port": self.port,
+                "tp_size": 1,
+                "dp_size": 1,
+                "device": e.device.type,
+                "dtype": str(next(e.model.parameters()).dtype).removeprefix("torch."),
+                "weight_version": e.version,
+                "incremental_streaming_output": False,
+                "disaggregation_mode": "null",
+                "internal_states": [{"engine_stats": e.stats(), "paused": e.paused, "in_flight": e.in_flight()}],
+                "startup_time": self.started,
+                "frontend": "areal-mem",
+            }
+        )
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
@@ -412,6 +596,12 @@ class GeneratorServer:
         app.add_routes(
             [
                 web.post("/generate", self.generate),
+                web.get("/v1/models", self.v1_models),
+                web.get("/v1/models/{model:.+}", self.v1_model),
+                web.post("/v1/completions", self.v1_completions),
+                web.post("/v1/chat/completions", self.v1_chat_completions),
+                web.get("/server_info", self.server_info),
+                web.get("/get_server_info", self.server_info),
                 web.get("/health", self.health),
                 web.get("/health_generate", self.health),
                 web.get("/model_info", self.model_info),
@@ -482,7 +672,8 @@ async def serve(
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    url = f"http://{host}:{site._server.sockets[0].getsockname()[1]}"
+    server.host, server.port = host, site._server.sockets[0].getsockname()[1]
+    url = f"http://{host}:{server.port}"
     print(
         f"areal-mem generator: serving {server.meta.model_path} on {url} (weight_version {server.engine.version})",
         flush=True,

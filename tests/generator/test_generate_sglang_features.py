@@ -149,3 +149,22 @@ def test_prompt_and_top_logprobs_with_token_text(server, ref_model, tiny_model_d
     assert [e[1] for e in later["meta_info"]["input_token_logprobs"]] == prompt[5:]
     assert abs(later["meta_info"]["input_token_logprobs"][0][0] - float(logp[4, prompt[5]])) < ATOL
     assert "output_top_logprobs" not in later["meta_info"] or later["meta_info"]["output_top_logprobs"] == []
+
+
+def test_server_info_has_sglangs_fields_that_apply(server, tiny_model_dir, sglang_api):
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            out = []
+            for route in ("/server_info", "/get_server_info"):
+                async with s.get(server.url + route) as r:
+                    assert r.status == 200
+                    out.append(await r.json())
+            return out
+
+    info, old = asyncio.run(go())
+    parsed = sglang_api.GetServerInfoResponse.from_json_value(info)
+    assert parsed.model_path == tiny_model_dir and parsed.max_context_length > 0
+    assert f"http://{parsed.host}:{parsed.port}" == server.url
+    assert info["max_running_requests"] == 16 and info["tp_size"] == 1 and info["weight_version"] == "0"
+    assert info["version"].startswith("areal-mem-embedded ") and "engine_stats" in info["internal_states"][0]
+    assert old.keys() == info.keys()
