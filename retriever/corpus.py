@@ -1,5 +1,8 @@
 """Stream a wiki-18 style corpus (`{"id", "contents"}` jsonl, optionally gzip) line by line.
 
+Any other fields of a line (`title`, `url`, ...) travel with the passage as JSON text and come
+back in the documents the service returns, for clients that read them (ASearcher reads `url`).
+
 The reader hashes the decompressed bytes as it goes, so a build gets the corpus checksum for
 its manifest without a second pass, and a plain and a gzip copy of one corpus match.
 """
@@ -21,6 +24,7 @@ class CorpusError(ValueError):
 class Passage:
     id: str
     contents: str  # wiki-18 form: "Title"\ntext
+    extra: str = ""  # the line's other fields as a JSON object ("" when it has none)
 
     @property
     def title(self) -> str:
@@ -96,7 +100,8 @@ class CorpusReader:
             raise CorpusError(f"{where}: field 'id' must be a non-empty string, got {pid!r}")
         if not isinstance(contents, str):
             raise CorpusError(f"{where}: field 'contents' must be a string, got {type(contents).__name__}")
-        return Passage(pid, contents)
+        rest = {k: v for k, v in obj.items() if k not in ("id", "contents")}
+        return Passage(pid, contents, json.dumps(rest, ensure_ascii=False) if rest else "")
 
 
 def corpus_checksum(path: str) -> Tuple[str, int]:

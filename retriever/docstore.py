@@ -1,12 +1,15 @@
 """Document contents stored with the index as an Arrow IPC file, memory-mapped when served.
 
-Search results are row numbers; the store turns them into `{"id", "contents"}` without holding
-the corpus in Python objects (wiki-18 is 21M passages).
+Search results are row numbers; the store turns them into `{"id", "contents", ...}` without
+holding the corpus in Python objects (wiki-18 is 21M passages). A passage's other corpus fields
+(`title`, `url`, ...) are kept as JSON text in an `extra` column and merged into its document;
+an index built before that column existed serves `{"id", "contents"}` as it did.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import os
 from typing import List, Sequence
 
@@ -15,7 +18,7 @@ import pyarrow as pa
 from .corpus import Passage
 
 DOCS = "docs.arrow"
-SCHEMA = pa.schema([("id", pa.string()), ("contents", pa.large_string())])
+SCHEMA = pa.schema([("id", pa.string()), ("contents", pa.large_string()), ("extra", pa.large_string())])
 
 
 class DocWriter:
@@ -28,6 +31,7 @@ class DocWriter:
             [
                 pa.array([p.id for p in passages], pa.string()),
                 pa.array([p.contents for p in passages], pa.large_string()),
+                pa.array([p.extra for p in passages], pa.large_string()),
             ],
             schema=SCHEMA,
         )
@@ -50,6 +54,7 @@ class DocStore:
         batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
         self._ids = [b.column(0) for b in batches]
         self._contents = [b.column(1) for b in batches]
+        self._extra = [b.column("extra") if "extra" in b.schema.names else None for b in batches]
         self._starts = [0]
         for b in batches:
             self._starts.append(self._starts[-1] + b.num_rows)
@@ -65,5 +70,7 @@ class DocStore:
                 raise IndexError(f"document row {row} outside 0..{len(self) - 1}")
             j = bisect.bisect_right(self._starts, row) - 1
             i = row - self._starts[j]
-            out.append({"id": self._ids[j][i].as_py(), "contents": self._contents[j][i].as_py()})
+            doc = {"id": self._ids[j][i].as_py(), "contents": self._contents[j][i].as_py()}
+            extra = self._extra[j][i].as_py() if self._extra[j] is not None else ""
+            out.append({**json.loads(extra), **doc} if extra else doc)
         return out

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 import urllib.error
 import urllib.request
 
@@ -145,3 +146,38 @@ def test_token_is_required_when_set_and_a_public_bind_needs_one(bm25_dir):
         assert status == 200 and len(out) == 1
     with pytest.raises(RuntimeError, match="refusing to bind '0.0.0.0' without a shared token"):
         start_retriever(bm25_dir, host="0.0.0.0")
+
+
+def test_extra_corpus_fields_come_back_with_their_documents(tmp_path):
+    """ASearcher-style clients read `url` (and `title`) from the documents where the corpus has them;
+    a line without extra fields gives `{"id", "contents"}` as before, and no extra field can
+    replace `id` or `contents`. An index built before the `extra` column serves as it did."""
+    import pyarrow as pa
+
+    from retriever.build import build_index
+    from retriever.docstore import DOCS, DocStore
+
+    corpus = tmp_path / "corpus.jsonl"
+    lines = [
+        {"id": "1", "contents": '"Beimtim"\nBeimtim lies on a river.', "title": "Beimtim", "url": "https://w/Beimtim"},
+        {"id": "2", "contents": '"Hokskaesia"\nHokskaesia is a country.'},
+        {"id": "3", "contents": '"Zerquaen"\nZerquaen is a firm.', "url": "https://w/Z", "meta": {"rank": 3}},
+    ]
+    corpus.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    index_dir = tmp_path / "index"
+    build_index(str(corpus), str(index_dir), "bm25", show_progress=False)
+    with start_retriever(str(index_dir)) as handle:
+        status, docs = post(handle.url + "/search", {"query": "Beimtim river", "top_n": 3})
+        assert status == 200
+        by_id = {d["id"]: d for d in docs}
+        assert by_id["1"] == lines[0]
+        assert by_id["2"] == lines[1] and set(by_id["2"]) == {"id", "contents"}
+        assert by_id["3"] == lines[2]
+        status, out = post(handle.url + "/retrieve", {"queries": ["Zerquaen firm"], "topk": 1})
+        assert status == 200 and "https://w/Z" in json.dumps(out)
+    # the previous two-column docs.arrow
+    table = pa.ipc.open_file(pa.memory_map(str(index_dir / DOCS))).read_all().select(["id", "contents"])
+    with pa.OSFile(str(tmp_path / "old.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    os.replace(tmp_path / "old.arrow", index_dir / DOCS)
+    assert DocStore(str(index_dir)).get([0, 1]) == [{"id": x["id"], "contents": x["contents"]} for x in lines[:2]]
