@@ -10,6 +10,15 @@ class GeneratorBackend(str, Enum):
     sglang = "sglang"
 
 
+class GeneratorApi(str, Enum):
+    """How clients call the generators: SGLang's native /generate (token ids, behaviour log-probs,
+    weight versions, the admin routes: what training needs), or any OpenAI-compatible server's
+    /v1/completions (vLLM, SGLang, the embedded server; text only: for evaluation)."""
+
+    native = "native"
+    openai = "openai"
+
+
 @dataclass
 class EmbeddedConfig:
     """The embedded PyTorch server (`generator.embedded.*`); SGLang takes its own flags (`sglang_args`)."""
@@ -42,6 +51,8 @@ class GeneratorConfig:
     host: str = "127.0.0.1"
     port: int = 0  # first port; 0: pick free ports
     urls: List[str] = field(default_factory=list)  # running servers; empty: start them
+    api: GeneratorApi = GeneratorApi.native  # openai: areal-mem eval against any OpenAI-compatible server
+    served_model: str = ""  # the `model` sent under api=openai; empty: the first one /v1/models lists
     token: str = ""
     startup_timeout_s: float = 180.0  # launchers wait this long for /health
     embedded: EmbeddedConfig = field(default_factory=EmbeddedConfig)

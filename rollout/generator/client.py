@@ -23,7 +23,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import aiohttp
 
-from areal_mem.config.generator import GeneratorConfig
+from areal_mem.config.generator import GeneratorApi, GeneratorConfig
+from areal_mem.config.loading import ConfigError
 from areal_mem.generation import GenerationResult, GeneratorError, SamplingParams
 from areal_mem.http_session import PooledSession
 from areal_mem.security import auth_headers
@@ -372,8 +373,27 @@ class GeneratorClient(PooledSession):
         return dict(zip(self.urls, await asyncio.gather(*(one(s) for s in self.servers))))
 
 
-def client_from_config(cfg: GeneratorConfig, urls: Optional[Sequence[str]] = None, **hooks) -> GeneratorClient:
-    """A client for `urls` (default `cfg.urls`) with a `GeneratorConfig`'s timeouts and retries."""
+def client_from_config(
+    cfg: GeneratorConfig,
+    urls: Optional[Sequence[str]] = None,
+    tokenizer=None,
+    generation_only: bool = False,
+    **hooks,
+):
+    """A client for `urls` (default `cfg.urls`) with a `GeneratorConfig`'s timeouts and retries:
+    SGLang's native API, or (`generator.api: openai`, `generation_only` callers such as
+    evaluation, which pass the run's tokenizer) an OpenAI-compatible server's completions."""
+    if cfg.api == GeneratorApi.openai:
+        if not generation_only:
+            raise ConfigError(
+                "generator.api=openai is for evaluation only: training needs token ids, behaviour "
+                "log-probs, weight versions and the admin routes of the native API (generator.api=native)"
+            )
+        from .openai_client import OpenAICompletionsClient
+
+        return OpenAICompletionsClient(
+            list(urls or cfg.urls), tokenizer, cfg.served_model, cfg.token, cfg.client.timeout_s, cfg.client.max_retries
+        )
     return GeneratorClient(
         list(urls or cfg.urls),
         token=cfg.token,

@@ -123,6 +123,15 @@ def finish_reason(req: Request) -> Optional[str]:
     return {"stop": "stop", "length": "length", "abort": "abort"}.get(kind) if kind else None
 
 
+def finish_fields(req: Request) -> Dict[str, Any]:
+    """`finish_reason`, and SGLang's `matched_stop` (the stop token id or string) when one ended it."""
+    out: Dict[str, Any] = {"finish_reason": finish_reason(req)}
+    matched = (req.finish or {}).get("matched")
+    if matched is not None:
+        out["matched_stop"] = matched
+    return out
+
+
 def usage(prompts: List[List[int]], reqs: List[Request]) -> Dict[str, int]:
     p, c = sum(len(x) for x in prompts), sum(len(r.output_ids) for r in reqs)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}

@@ -277,9 +277,13 @@ class GeneratorServer:
         return req
 
     def _text(self, item: ParsedGenerate, req: Request) -> str:
-        """The output text, without the stop string that ended it (unless no_stop_trim)."""
-        text = self._decode(req.output_ids, item.spec.skip_special_tokens)
+        """The output text without the stop token or string that ended it (unless no_stop_trim),
+        as SGLang's detokenizer trims it; `output_ids` keep the token."""
         matched = (req.finish or {}).get("matched")
+        ids = req.output_ids
+        if isinstance(matched, int) and not isinstance(matched, bool) and not item.spec.no_stop_trim and ids:
+            ids = ids[:-1]
+        text = self._decode(ids, item.spec.skip_special_tokens)
         if isinstance(matched, str) and not item.spec.no_stop_trim and matched in text:
             text = text[: text.index(matched)]
         return text
@@ -335,7 +339,7 @@ class GeneratorServer:
 
         def choice(i: int, req: Request, text: str) -> Dict[str, Any]:
             lp = self._completion_logprobs(req) if b.logprobs is not None else None
-            return {"index": i, "text": text, "logprobs": lp, "finish_reason": openai_api.finish_reason(req)}
+            return {"index": i, "text": text, "logprobs": lp, **openai_api.finish_fields(req)}
 
         return await self._openai(request, b, "text_completion", "cmpl", prompts, items, choice)
 
@@ -353,7 +357,7 @@ class GeneratorServer:
         def choice(i: int, req: Request, text: str) -> Dict[str, Any]:
             lp = {"content": self._chat_logprobs(req)} if b.logprobs else None
             message = {"role": "assistant", "content": text}
-            return {"index": i, "message": message, "logprobs": lp, "finish_reason": openai_api.finish_reason(req)}
+            return {"index": i, "message": message, "logprobs": lp, **openai_api.finish_fields(req)}
 
         return await self._openai(request, b, "chat.completion", "chatcmpl", prompts, items, choice)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from areal_mem.app.cli import main
 
 FIELDS = {
@@ -73,3 +75,44 @@ def test_eval_bad_method_and_data_fail_cleanly(world_dir, tiny_model_dir, tmp_pa
     bad.write_text('{"id": "a", "question": "q?"}\n')
     assert main(["eval", "--data", str(bad)] + base) == 2
     assert f"{bad}:1: 'golden_answers' must be a non-empty list" in capsys.readouterr().err
+
+
+def test_eval_through_an_openai_compatible_server(world_dir, tiny_model_dir, retriever_url, tmp_path):
+    """`generator.api=openai`: `areal-mem eval` drives any OpenAI-compatible `/v1/completions` (here
+    the embedded server's); greedy answers equal the native API's. Training refuses the API."""
+    from areal_mem.config import ConfigError, load_run
+    from areal_mem.config.generator import EmbeddedConfig
+    from rollout.generator.client import client_from_config
+    from rollout.generator.launch import start_embedded_generator
+
+    with start_embedded_generator(tiny_model_dir, EmbeddedConfig(device="cpu", torch_threads=1)) as gen:
+        common = [
+            "--data",
+            f"{world_dir}/dev.jsonl",
+            "--limit",
+            "12",
+            "--quiet",
+            "--method",
+            "memsearcher",
+            f"model.path={tiny_model_dir}",
+            f"world.dir={world_dir}",
+            f"retriever.urls=[{retriever_url}]",
+            f"generator.urls=[{gen.url}]",
+            "rollout.limits.max_new_tokens=32",
+            "rollout.prompt_style=short",
+            "eval.save_responses=true",
+        ]
+        assert main(["eval", *common, f"run_dir={tmp_path / 'native'}"]) == 0
+        assert main(["eval", *common, f"run_dir={tmp_path / 'openai'}", "generator.api=openai"]) == 0
+
+    def records(run):
+        path = tmp_path / run / "eval" / "memsearcher" / "results.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    native, via_openai = records("native"), records("openai")
+    assert [r["id"] for r in native] == [r["id"] for r in via_openai]
+    # the first generation of every question starts from the same prompt: the same greedy text
+    assert [r["responses"][0] for r in native] == [r["responses"][0] for r in via_openai]
+    cfg = load_run([], [f"model.path={tiny_model_dir}", "generator.api=openai", "generator.urls=[http://127.0.0.1:9]"])
+    with pytest.raises(ConfigError, match="generator.api=openai is for evaluation only"):
+        client_from_config(cfg.generator)

@@ -49,7 +49,7 @@ async def _run(cfg: RunConfig, workflow, tokenizer, tasks, gen_urls, ret_urls, o
     from rollout.workflows import build_context
 
     async with (
-        client_from_config(cfg.generator, gen_urls) as generator,
+        client_from_config(cfg.generator, gen_urls, tokenizer=tokenizer, generation_only=True) as generator,
         RetrieverClient.from_config(cfg.retriever, urls=ret_urls) as retriever,
     ):
         ctx = build_context(
