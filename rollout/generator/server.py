@@ -218,7 +218,12 @@ class GeneratorServer:
         busy = [r for r in rids if self.engine.has_rid(r)]
         if busy:
             raise BadRequest(f"rid {busy[0]!r} is already in flight")
-        prompt_lps = [await self._prompt_logprobs(it) for it in items]
+        scored: Dict[tuple, Any] = {}  # n samples of one prompt share its prompt log-probs
+        keys = [(tuple(it.input_ids), it.spec.temperature, it.top_logprobs_num, self._wants_prompt(it)) for it in items]
+        for key, it in zip(keys, items):
+            if key not in scored:
+                scored[key] = await self._prompt_logprobs(it)
+        prompt_lps = [scored[key] for key in keys]
         loop = asyncio.get_running_loop()
         progress: asyncio.Queue = asyncio.Queue()
         futures = [loop.create_future() for _ in items]
@@ -240,8 +245,12 @@ class GeneratorServer:
             raise
         return reqs, prompt_lps
 
+    @staticmethod
+    def _wants_prompt(item: ParsedGenerate) -> bool:
+        return item.return_logprob and item.logprob_start_len >= 0
+
     async def _prompt_logprobs(self, item: ParsedGenerate):
-        if not item.return_logprob or item.logprob_start_len < 0:
+        if not self._wants_prompt(item):
             return None
         return await asyncio.to_thread(
             self.engine.prompt_logprobs, item.input_ids, item.spec.temperature, item.top_logprobs_num

@@ -83,8 +83,13 @@ def test_n_samples_are_independent_each_with_its_own_logprobs(server, ref_model,
     assert len({tuple(a["output_ids"]) for a in out[:3]}) == 3  # seeds 5, 6, 7: three different samples
     _, again = post(server.url, {"input_ids": prompts, "sampling_params": sp, "return_logprob": True})
     assert [a["output_ids"] for a in again] == [a["output_ids"] for a in out]  # seeded: repeatable
-    status, single = post(server.url, {"input_ids": prompts[0], "sampling_params": {**sp, "n": 2}})
+    status, single = post(
+        server.url,
+        {"input_ids": prompts[0], "sampling_params": {**sp, "n": 2}, "return_logprob": True, "logprob_start_len": 0},
+    )
     assert status == 200 and isinstance(single, list) and len(single) == 2
+    prompt_lps = [a["meta_info"]["input_token_logprobs"] for a in single]  # scored once, for both samples
+    assert prompt_lps[0] == prompt_lps[1] and [e[1] for e in prompt_lps[0]] == prompts[0]
 
 
 def test_stream_sends_cumulative_chunks_then_done(server, ref_model, h, sglang_api):
