@@ -91,6 +91,11 @@ BAD_IDS = st.lists(st.integers(max_value=-1) | st.integers(min_value=VOCAB) | no
     lambda bad: [5] + bad
 )
 SP = "sampling_params."
+# values pydantic's lax mode cannot coerce to the type
+LAX_NOT_STR = st.sampled_from([1, 2.5, [], {}, True])
+LAX_NOT_INT = st.sampled_from(["x", 1.5, [], {}, "1.5"])
+LAX_NOT_NUM = st.sampled_from(["x", [], {}, "nan?"])
+LAX_NOT_BOOL = st.sampled_from(["maybe", 2, [], {}, 0.5])
 GENERATOR = {
     ("POST", "/generate"): Route(
         {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 1}},
@@ -172,12 +177,48 @@ GENERATOR = {
         {"new_version": not_(*STR), "abort_all_requests": not_(*BOOL)},
         "ignored",
     ),
+    # OpenAI-compatible (pydantic lax, as SGLang and vLLM validate: "5" is an int there), bad
+    # fields are refused before the model name is looked up
+    ("POST", "/v1/completions"): Route(
+        {"model": "fuzz", "prompt": [5, 6], "max_tokens": 1},
+        {
+            "model": LAX_NOT_STR,
+            "prompt": not_(STR[0], LIST[0]) | st.just([[5], "a"]),
+            "max_tokens": LAX_NOT_INT | st.integers(max_value=-1),
+            "temperature": LAX_NOT_NUM | st.floats(max_value=-1e-9) | st.floats(min_value=2.0001),
+            "top_p": LAX_NOT_NUM | st.floats(max_value=0) | st.floats(min_value=1.0001),
+            "n": LAX_NOT_INT | st.integers(max_value=0) | st.integers(min_value=129),
+            "stream": LAX_NOT_BOOL,
+            "logprobs": LAX_NOT_INT | st.integers(max_value=-1) | st.integers(min_value=21),
+            "presence_penalty": LAX_NOT_NUM | st.floats(min_value=0.001, max_value=2.0),
+            "seed": LAX_NOT_INT | st.integers(max_value=-1),
+        },
+    ),
+    ("POST", "/v1/chat/completions"): Route(
+        {"model": "fuzz", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
+        {
+            "messages": st.sampled_from(["x", 3, {}]) | st.just([]) | st.just([{"role": "robot", "content": "x"}]),
+            "max_completion_tokens": LAX_NOT_INT | st.integers(max_value=-1),
+            "logprobs": LAX_NOT_BOOL,
+            "top_logprobs": LAX_NOT_INT | st.integers(min_value=21),
+            "stop": not_(STR[0], LIST[0]),
+        },
+    ),
     ("POST", "/flush_cache"): Route({}, {}, "ignored"),
     ("GET", "/flush_cache"): Route({}, {}, "ignored"),
     **{
         (m, p): NO_BODY
         for m in ("GET", "HEAD")
-        for p in ("/health", "/health_generate", "/model_info", "/get_model_info")
+        for p in (
+            "/health",
+            "/health_generate",
+            "/model_info",
+            "/get_model_info",
+            "/server_info",
+            "/get_server_info",
+            "/v1/models",
+            "/v1/models/{model}",
+        )
     },
     ("HEAD", "/flush_cache"): NO_BODY,
 }
