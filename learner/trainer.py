@@ -92,7 +92,10 @@ class Trainer:
             return None, None, 0, 0.0
         t0 = time.monotonic()
         batch = self.buffer.get_batch(self.batch_groups, timeout_s=self.lcfg.batch_timeout_s)
-        return batch.groups, batch.batch_id, batch.dropped_stale, time.monotonic() - t0
+        # By group id, not by arrival: which episode finished first must not change the step
+        # (packing order decides the float sums), so equal batches train to equal weights.
+        groups = sorted(batch.groups, key=lambda g: g.group_id)
+        return groups, batch.batch_id, batch.dropped_stale, time.monotonic() - t0
 
     def step(self) -> Dict[str, float]:
         t0 = time.monotonic()

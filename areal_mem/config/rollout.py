@@ -52,3 +52,7 @@ class RolloutConfig:
     max_top_n: int = 20  # larger top_n in a call is capped
     doc_separator: str = "\n"  # between documents; "\\n" reproduces the released literal quirk
     tool_timeout_s: float = 30.0  # a slower tool call becomes an error response
+    # Every generation request carries a sampling_seed derived from the run seed and its request
+    # id, so an episode's tokens do not depend on which requests shared its batch or the order
+    # they arrived in (off: the generator's shared random stream, as before)
+    seeded_sampling: bool = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Protocol
+from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from areal_mem.config.rollout import RolloutLimits
 from areal_mem.data.task import Task
@@ -47,6 +47,7 @@ class WorkflowContext:
     prompt_template: str = ""  # empty: the workflow's default prompt
     tool_timeout_s: float = 30.0
     options: Dict[str, Any] = field(default_factory=dict)  # rollout.workflow_args
+    seed: Optional[int] = None  # set: each request's sampling_seed is derived from it and the rid
 
 
 class Workflow(ABC):

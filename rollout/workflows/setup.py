@@ -60,8 +60,10 @@ def build_context(
     retriever: Optional[SearchBackend] = None,
     max_turns: Optional[int] = None,
     temperature: Optional[float] = None,
+    seed: Optional[int] = None,
 ) -> WorkflowContext:
-    """The episode context for `workflow`; `max_turns`/`temperature` override (evaluation)."""
+    """The episode context for `workflow`; `max_turns`/`temperature` override (evaluation);
+    `seed` (the run seed, under `rollout.seeded_sampling`) seeds every request by its id."""
     temp = rollout.temperature if temperature is None else temperature
     return WorkflowContext(
         generator=generator,
@@ -73,4 +75,5 @@ def build_context(
         prompt_template=prompt_template(rollout, workflow),
         tool_timeout_s=rollout.tool_timeout_s,
         options=dict(rollout.workflow_args or {}),
+        seed=seed if rollout.seeded_sampling else None,
     )

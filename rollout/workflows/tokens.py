@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from importlib import resources
 from typing import Any, List, Optional, Tuple
 
@@ -33,6 +34,14 @@ def assistant_prefix(prompt_text: str) -> str:
 
 def encode(tokenizer: Any, text: str) -> List[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def request_seed(seed: int, rid: str) -> int:
+    """A sampling seed of one request: a hash of the run seed and the request id (stable across
+    processes and Python hash seeds), so a rerun samples the same tokens for the same request
+    whatever else the generator was batching."""
+    digest = hashlib.sha256(f"{seed}:{rid}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1  # < 2**63: SGLang's int64 field
 
 
 def decode(tokenizer: Any, ids: List[int]) -> str:
@@ -99,6 +108,8 @@ async def generate_into(
     if budget <= 0:
         return None
     sampling = dataclasses.replace(ctx.sampling, max_new_tokens=budget, stop_token_ids=stop_token_ids(ctx.tokenizer))
+    if ctx.seed is not None and sampling.sampling_seed is None:
+        sampling.sampling_seed = request_seed(ctx.seed, rid)
     result = await ctx.generator.generate(builder.input_ids, sampling, rid=rid, sticky_key=sticky_key)
     builder.add_generated(result)
     return result, decode(ctx.tokenizer, result.output_ids)

@@ -20,8 +20,9 @@ class TinyTrain:
     def __init__(self, run_dir, recipe: str = "debug_cpu.yaml"):
         self.run_dir, self.recipe = run_dir, recipe
 
-    def start(self, *overrides) -> subprocess.Popen:
-        """The train command, running; its output (stdout and stderr) in a pipe."""
+    def start(self, *overrides, env=None) -> subprocess.Popen:
+        """The train command, running; its output (stdout and stderr) in a pipe; `env` adds to
+        this process's environment."""
         cmd = [
             sys.executable,
             "-m",
@@ -34,10 +35,17 @@ class TinyTrain:
             *TINY,
             *overrides,
         ]
-        return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
 
-    def run(self, *overrides, timeout_s=420):
-        proc = self.start(*overrides)
+    def run(self, *overrides, timeout_s=420, env=None):
+        proc = self.start(*overrides, env=env)
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         finally:

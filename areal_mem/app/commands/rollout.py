@@ -65,7 +65,7 @@ async def _main(cfg: RunConfig, args: argparse.Namespace) -> int:
     async with client_from_config(cfg.generator) as generator:
         retriever = RetrieverClient.from_config(cfg.retriever) if cfg.retriever.urls else None
         try:
-            ctx = build_context(cfg.rollout, workflow, generator, tokenizer, retriever)
+            ctx = build_context(cfg.rollout, workflow, generator, tokenizer, retriever, seed=cfg.seed)
             worker = RolloutWorker(
                 workflow,
                 ctx,
