@@ -92,37 +92,42 @@ class OraclePolicy:
         self.titles = titles  # passage id -> title
         self.all_titles = sorted(set(titles.values()))
         self.all_answers = sorted({t.golden_answers[0] for t in tasks})
-        self.mistake_rate = mistake_rate
-        self.rng = random.Random(seed)
+        self.mistake_rate, self.seed = mistake_rate, seed
         self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def plan(self, task: Task) -> List[str]:
         return [self.titles[pid] for pid in task.metadata.get("supporting_ids", [])]
 
-    def _mistake(self) -> bool:
-        return self.rng.random() < self.mistake_rate
+    def rng(self, rid: str) -> random.Random:
+        """The draws of one request: seeded by the run seed and the request id (a str seed is
+        hashed with sha512, not Python's salted hash), so which episodes ran concurrently and in
+        which order their requests came does not change any episode's mistakes."""
+        return random.Random(f"{self.seed}:{rid}")
 
-    def action(self, view: ContextView) -> str:
+    def _mistake(self, rng: random.Random) -> bool:
+        return rng.random() < self.mistake_rate
+
+    def action(self, view: ContextView, rng: random.Random) -> str:
         task = self.tasks.get(view.question)
         if task is None:
             raise KeyError(f"the oracle has no task for question {view.question!r}")
         missing = [t for t in self.plan(task) if f"{t}:" not in view.memory]
         if not missing:
-            answer = self.rng.choice(self.all_answers) if self._mistake() else task.golden_answers[0]
+            answer = rng.choice(self.all_answers) if self._mistake(rng) else task.golden_answers[0]
             return f" The memory holds what I need. </think> The answer is \\boxed{{{answer}}}."
-        title = self.rng.choice(self.all_titles) if self._mistake() else missing[0]
+        title = rng.choice(self.all_titles) if self._mistake(rng) else missing[0]
         # The query keeps the space that precedes the title in the question and the thought:
         # byte-level BPE gives " Susvre" and "Susvre" different tokens, so with the space the
         # query is a token-for-token copy, the pattern a tiny model learns first (induction).
         return f" I need to know about {title}. </think>\n{search_call(' ' + title)}"
 
-    def memory(self, view: ContextView, query: Optional[str]) -> str:
+    def memory(self, view: ContextView, query: Optional[str], rng: random.Random) -> str:
         facts = [view.memory] if view.memory else []
         docs = {}
         for r in view.responses:
             docs.update(split_documents(r))
         query = query.strip() if query else query
-        if query in docs and not self._mistake():
+        if query in docs and not self._mistake(rng):
             task = self.tasks.get(view.question)
             text = fact_sentences(docs[query], task) if task else docs[query]
             facts.append(f"{query}: {text}")
@@ -135,12 +140,13 @@ class OraclePolicy:
     ) -> GenerationResult:
         text = decode(self.tokenizer, input_ids)
         view = read_context(text)
+        rng = self.rng(rid or "")
         if view.phase == "memory":
             calls = re.findall(r"<tool_response>(.*?)\n", text.rpartition(IM_START + "user\n")[2])
             query = json.loads(calls[0])["arguments"].get("query") if calls else None
-            out = self.memory(view, query)
+            out = self.memory(view, query, rng)
         else:
-            out = self.action(view)
+            out = self.action(view, rng)
         ids = encode(self.tokenizer, out) + [self.im_end]
         finish = "stop" if len(ids) <= sampling.max_new_tokens else "length"
         ids = ids[: sampling.max_new_tokens]

@@ -81,3 +81,16 @@ def test_oracle_mistakes(world_dir, tiny_model_dir, retriever_url, tmp_path):
         progress=False,
     )
     assert stats["em"] < 0.5
+
+
+def test_oracle_demonstrations_do_not_depend_on_concurrency(world_dir, tiny_model_dir, retriever_url, tmp_path):
+    """Mistakes are drawn per request (seed and request id), so one episode at a time and 16 at
+    once write the same demonstrations: before, one shared random stream was consumed in the
+    order concurrent episodes happened to ask."""
+    cfg = _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path)
+    outs = []
+    for concurrency in (1, 16):
+        out = tmp_path / f"demos{concurrency}.jsonl"
+        write_demonstrations(cfg, str(out), limit=40, mistake_rate=0.3, seed=5, concurrency=concurrency, progress=False)
+        outs.append(sorted(out.read_text().splitlines()))
+    assert outs[0] == outs[1] and len(outs[0]) >= 40
