@@ -1,15 +1,19 @@
 """The same seed gives the same run: two `areal-mem train` runs of the tiny debug recipe in
-synchronous mode (`buffer.max_staleness=0`), the second under another Python hash seed, end
-with bit-identical SFT weights and RL weights and the same per-step metrics.
+synchronous mode (`buffer.max_staleness=0`), the second under another Python hash seed, train on
+the same data: identical demonstrations, SFT weights bit for bit, the same episodes (tokens,
+rewards, advantages, token counts: equal), and RL weights and loss statistics equal to the
+generator's last bits.
 
-What makes it so: the world, tokenizer and model are built from the seed; SFT shuffles with it;
-every generation request carries a sampling seed derived from the run seed and its request id
-(`rollout.seeded_sampling`), so tokens do not depend on which requests shared a batch; the
-learner trains a batch in group-id order, not arrival order. What is left is the generator's
-arithmetic: a behaviour log-prob computed inside a batch of another shape differs in the last
-bits (about 1e-8), which shows in `approx_kl_behav` only (checked to 1e-6 here) and is too small
-to move the weights. Asynchronous runs (max_staleness > 0) are not repeatable: which episodes
-finish before a weight push is timing (docs/debug_recipe.md)."""
+What makes it so: the world, tokenizer and model are built from the seed; the oracle draws its
+mistakes per request; SFT shuffles with the seed; every generation request carries a sampling
+seed derived from the run seed and its request id (`rollout.seeded_sampling`), so tokens do not
+depend on which requests shared a batch; the learner trains a batch in group-id order, not
+arrival order. What is left is the generator's arithmetic: a behaviour log-prob computed inside
+a batch of another shape differs in the last bits (about 1e-8). It enters the behaviour weight
+exp(prox - behav) and through it the loss and the gradient, so those are compared to 1e-5 and
+the RL weights to 1e-6 (they were bit-identical in the runs measured, not always: one CI run
+saw behav_weight 0.99999992 against 1.0). Asynchronous runs (max_staleness > 0) are not
+repeatable: which episodes finish before a weight push is timing (docs/debug_recipe.md)."""
 
 from __future__ import annotations
 
@@ -30,7 +34,16 @@ SYNC = [
     "learner.sft.threads=2",
 ]
 TIMING = ("_s", "tokens_per_s")
-GENERATOR_NUMERICS = ("approx_kl_behav",)
+# learner statistics that the behaviour log-probs (the generator's arithmetic) reach
+NUMERICS = ("approx_kl_behav", "behav_weight", "loss", "pg_loss", "grad_norm", "entropy", "ratio")
+
+
+def max_weight_diff(a, b) -> float:
+    from safetensors.torch import load_file
+
+    x, y = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert x.keys() == y.keys()
+    return max(float((x[k].float() - y[k].float()).abs().max()) for k in x)
 
 
 def weights(folder) -> str:
@@ -53,8 +66,9 @@ def test_two_synchronous_runs_with_one_seed_are_the_same(tmp_path):
         code, out = run.run(*SYNC, env={"PYTHONHASHSEED": hash_seed})
         assert code == 0, out[-4000:]
     a, b = (r.run_dir for r in runs)
+    assert (a / "sft" / "demos.jsonl").read_bytes() == (b / "sft" / "demos.jsonl").read_bytes()
     assert weights(a / "sft" / "model") == weights(b / "sft" / "model")
-    assert weights(a / "final") == weights(b / "final")
+    assert max_weight_diff(a / "final", b / "final") <= 1e-6
     rows_a, rows_b = train_rows(a), train_rows(b)
     assert [r["step"] for r in rows_a] == [r["step"] for r in rows_b] and len(rows_a) >= 4
     for x, y in zip(rows_a, rows_b):
@@ -62,7 +76,7 @@ def test_two_synchronous_runs_with_one_seed_are_the_same(tmp_path):
         for key in x:
             if key.endswith(TIMING) or key in ("time", "wall_time"):
                 continue
-            if key in GENERATOR_NUMERICS:
-                assert x[key] == pytest.approx(y[key], abs=1e-6), key
+            if x["kind"] == "train" and key in NUMERICS:
+                assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-6), (x["step"], key)
             else:
                 assert x[key] == y[key], (x["step"], key, x[key], y[key])
