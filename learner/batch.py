@@ -12,7 +12,8 @@ from typing import Dict, Iterable, List, Sequence
 
 import torch
 
-from areal_mem.trajectory import Context, Group
+from areal_mem.config.learner import LossAgg
+from areal_mem.trajectory import Context, Group, Trajectory
 
 from .advantages import group_advantages, token_advantages
 
@@ -25,6 +26,9 @@ class TrainRow:
     behav_logp: List[float]
     versions: List[int]
     advantages: List[float]
+    # The weight of each of this row's tokens in the mini-batch loss (learner.loss_agg): 1 pools
+    # tokens; 1 / (the row's or its trajectory's model tokens) weighs contexts or trajectories alike.
+    loss_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
@@ -38,7 +42,7 @@ class TrainRow:
             )
 
     @classmethod
-    def from_context(cls, ctx: Context, advantage: float) -> TrainRow:
+    def from_context(cls, ctx: Context, advantage: float, loss_weight: float = 1.0) -> TrainRow:
         return cls(
             list(ctx.input_ids),
             ctx.prompt_len,
@@ -46,6 +50,7 @@ class TrainRow:
             list(ctx.behav_logp),
             list(ctx.versions),
             token_advantages(ctx, advantage),
+            loss_weight,
         )
 
     def __len__(self) -> int:
@@ -55,9 +60,17 @@ class TrainRow:
     def num_loss_tokens(self) -> int:
         return sum(1 for m in self.loss_mask if m)
 
+    @property
+    def loss_units(self) -> float:
+        """What this row adds to the loss's denominator: its tokens times their weight."""
+        return self.num_loss_tokens * self.loss_weight
 
-def rows_from_groups(groups: Iterable[Group], norm_std: bool = True, skip_uniform: bool = False) -> List[TrainRow]:
-    """Every context of every trajectory, with its trajectory's group-normalised advantage.
+
+def rows_from_groups(
+    groups: Iterable[Group], norm_std: bool = True, skip_uniform: bool = False, agg: LossAgg = LossAgg.token_mean
+) -> List[TrainRow]:
+    """Every context of every trajectory, with its trajectory's group-normalised advantage and
+    the loss weight that `agg` gives its tokens.
 
     skip_uniform: leave out groups whose rewards are all equal. Their advantages are 0, so they
     add nothing to the policy gradient (only to the entropy and KL terms and to the token-mean's
@@ -70,8 +83,22 @@ def rows_from_groups(groups: Iterable[Group], norm_std: bool = True, skip_unifor
             continue
         advs = group_advantages(rewards, norm_std)
         for t, a in zip(g.trajectories, advs):
-            rows.extend(TrainRow.from_context(c, a) for c in t.contexts)
+            rows.extend(
+                TrainRow.from_context(c, a, w) for c, w in zip(t.contexts, _context_weights(t, agg), strict=True)
+            )
     return rows
+
+
+def _context_weights(traj: Trajectory, agg: LossAgg) -> List[float]:
+    """The loss weight of each context's tokens. The loss divides by the sum of weight x tokens
+    over the mini-batch, so that sum counts tokens, contexts or trajectories."""
+    tokens = [sum(1 for m in c.loss_mask if m) for c in traj.contexts]
+    if agg == LossAgg.token_mean:
+        return [1.0] * len(tokens)
+    if agg == LossAgg.context_mean:
+        return [1.0 / n if n else 0.0 for n in tokens]
+    total = sum(tokens)
+    return [1.0 / total if total else 0.0] * len(tokens)
 
 
 def collate(rows: Sequence[TrainRow], pad_id: int = 0) -> Dict[str, torch.Tensor]:
@@ -90,6 +117,7 @@ def collate(rows: Sequence[TrainRow], pad_id: int = 0) -> Dict[str, torch.Tensor
     adv = torch.zeros((B, L - 1))
     ver = torch.full((B, L - 1), -1, dtype=torch.long)
     resp = torch.zeros((B, L - 1), dtype=torch.bool)
+    weight = torch.tensor([[r.loss_weight] for r in rows], dtype=torch.float)
     for b, r in enumerate(rows):
         n, s = len(r), r.prompt_len - 1
         ids[b, :n] = torch.tensor(r.input_ids)
@@ -109,6 +137,7 @@ def collate(rows: Sequence[TrainRow], pad_id: int = 0) -> Dict[str, torch.Tensor
         "behav_logp": behav * mask,
         "advantages": adv * mask,
         "versions": ver,
+        "loss_weight": weight,  # [B, 1]
     }
 
 
@@ -128,11 +157,13 @@ def broadcast_rows(rows: Sequence[TrainRow] | None, src: int = 0) -> List[TrainR
     dist.broadcast(head, src)
     n, total = int(head[0]), int(head[1])
     shape = torch.zeros((n, 2), dtype=torch.long, device=dev)
+    weights = torch.zeros(n, dtype=torch.float64, device=dev)
     ints = torch.zeros((3, total), dtype=torch.long, device=dev)  # ids, mask, versions (padded to total)
     floats = torch.zeros((2, total), dtype=torch.float64, device=dev)  # behav_logp, advantages
     if mine:
         shape[:, 0] = torch.tensor([len(r) for r in rows])
         shape[:, 1] = torch.tensor([r.prompt_len for r in rows])
+        weights[:] = torch.tensor([r.loss_weight for r in rows], dtype=torch.float64)
         ints[0] = torch.tensor([t for r in rows for t in r.input_ids])
         resp = [(r.loss_mask, r.versions, r.behav_logp, r.advantages) for r in rows]
         k = sum(len(r[0]) for r in resp)
@@ -140,15 +171,15 @@ def broadcast_rows(rows: Sequence[TrainRow] | None, src: int = 0) -> List[TrainR
         ints[2, :k] = torch.tensor([v for r in resp for v in r[1]])
         floats[0, :k] = torch.tensor([x for r in resp for x in r[2]], dtype=torch.float64)
         floats[1, :k] = torch.tensor([x for r in resp for x in r[3]], dtype=torch.float64)
-    for t in (shape, ints, floats):
+    for t in (shape, weights, ints, floats):
         dist.broadcast(t, src)
     if mine:
         return list(rows)
     out, a, b = [], 0, 0
     ids, lm, vs = (ints[i].tolist() for i in range(3))
     bl, ad = floats[0].tolist(), floats[1].tolist()
-    for length, plen in shape.tolist():
+    for (length, plen), w in zip(shape.tolist(), weights.tolist()):
         m = length - plen
-        out.append(TrainRow(ids[a : a + length], plen, lm[b : b + m], bl[b : b + m], vs[b : b + m], ad[b : b + m]))
+        out.append(TrainRow(ids[a : a + length], plen, lm[b : b + m], bl[b : b + m], vs[b : b + m], ad[b : b + m], w))
         a, b = a + length, b + m
     return out

@@ -24,7 +24,14 @@ from areal_mem.config.learner import Dtype, LearnerConfig, ProxMode
 
 from . import distributed as D
 from .batch import TrainRow, collate
-from .loss import loglinear_prox_logp, ppo_token_loss, token_logp_entropy
+from .loss import (
+    MISMATCH_SUMS,
+    loglinear_prox_logp,
+    mismatch_metrics,
+    mismatch_sums,
+    ppo_token_loss,
+    token_logp_entropy,
+)
 from .packing import pack_by_tokens, split_balanced, split_contiguous
 
 TOKENIZER_FILES = (
@@ -153,19 +160,24 @@ class LearnerEngine:
     def _optimizer_step(
         self, micro: List[List[TrainRow]], loss_fn: MicroLoss, extra: List[Dict[str, torch.Tensor]]
     ) -> Dict[str, float]:
-        """Forward/backward every micro-batch, then one DeepSpeed step; metrics summed over ranks."""
+        """Forward/backward every micro-batch, then one DeepSpeed step; metrics summed over ranks.
+
+        The loss is the weighted sum of the per-token losses over the whole mini-batch divided by
+        the sum of the rows' weight x tokens on all ranks (`learner.loss_agg`: with weight 1 the
+        token-mean); the per-token statistics are token-means whatever the weights."""
         n_local = sum(r.num_loss_tokens for mb in micro for r in mb)
-        n_global = D.all_reduce_sums({"n": n_local})["n"]
-        scale = self.world / max(n_global, 1.0)
+        units = D.all_reduce_sums({"units": sum(r.loss_units for mb in micro for r in mb)})["units"]
+        scale = self.world / max(units, 1e-12)
         sums: Dict[str, float] = defaultdict(float)
         for k, (rows, ext) in enumerate(zip(micro, extra)):
             b = collate(rows)
             logp, ent = self._forward(b)
             per_tok, stats = loss_fn(b, logp, ent, ext)
-            loss = per_tok.sum() * scale
+            weighted = per_tok * b["loss_weight"].to(per_tok.device)
+            loss = weighted.sum() * scale
             self.engine.set_gradient_accumulation_boundary(k == len(micro) - 1)
             self.engine.backward(loss)
-            sums["loss"] += float(per_tok.detach().sum())
+            sums["weighted_loss"] += float(weighted.detach().sum())
             for name, v in stats.items():
                 sums[name] += float(v.sum())
         self.engine.step()
@@ -173,7 +185,9 @@ class LearnerEngine:
         sums["n_tokens"] = float(n_local)
         tot = D.all_reduce_sums(dict(sums))
         n = max(tot.pop("n_tokens"), 1.0)
+        loss = tot.pop("weighted_loss") / max(units, 1e-12)
         metrics = {k: v / n for k, v in tot.items()}
+        metrics["loss"] = loss
         metrics["n_tokens"] = n
         gn = self.engine.get_global_grad_norm()
         metrics["grad_norm"] = float(gn) if gn is not None else 0.0
@@ -219,7 +233,7 @@ class LearnerEngine:
                     prox = e["prox_logp"] if "prox_logp" in e else logp.detach()
                 else:
                     prox = loglinear_prox_logp(behav, logp, b["versions"].to(logp.device), version, now)
-                return ppo_token_loss(
+                loss, stats = ppo_token_loss(
                     logp,
                     prox,
                     behav,
@@ -229,11 +243,18 @@ class LearnerEngine:
                     entropy=ent,
                     ref_logp=e.get("ref_logp"),
                 )
+                if k == 0:  # the weights of `version`, not yet updated
+                    versions = b["versions"].to(logp.device)
+                    stats.update(mismatch_sums(logp, behav, mask, versions, version, cfg.loss.behav_weight_cap))
+                return loss, stats
 
             m = self._optimizer_step(micro, loss_fn, ext)
+            if k == 0:  # token-means of sums: back to sums, then the mismatch means
+                n = m["n_tokens"]
+                mismatch = mismatch_metrics({key: m.pop(key) * n for key in MISMATCH_SUMS} | {"n_tokens": n})
             for key, v in m.items():
                 totals[key] += v / len(plan)
-        return dict(totals)
+        return dict(totals) | mismatch
 
     def sft_step(self, rows: Sequence[TrainRow]) -> Dict[str, float]:
         """Cross-entropy on the masked-in response tokens, token-mean over the batch on all ranks."""

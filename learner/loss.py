@@ -114,6 +114,40 @@ def ppo_token_loss(
     return loss * mask, {k: v.detach() for k, v in stats.items()}
 
 
+MISMATCH_SUMS = ("mismatch_tokens", "mismatch_abs", "mismatch_log_ratio", "mismatch_capped", "mismatch_rows")
+
+
+def mismatch_sums(logp, behav_logp, mask, versions, version: int, cap: float) -> Dict[str, torch.Tensor]:
+    """How far the generator's log-probs lie from the learner's, on the tokens that the learner's
+    current weights (`version`) sampled, before this step changes them: there the two engines ran
+    the same weights, so any gap is the inference engine's (kernels, precision, a bad push), not
+    staleness. Sums to reduce over the mini-batch; `mismatch_metrics` turns them into means."""
+    fresh = mask * (versions == version).to(mask.dtype)
+    gap = (logp.detach() - behav_logp) * fresh
+    capped = (torch.exp(gap) > cap) & (fresh > 0) if cap > 0 else torch.zeros_like(fresh, dtype=torch.bool)
+    return {
+        "mismatch_tokens": fresh,
+        "mismatch_abs": gap.abs(),
+        "mismatch_log_ratio": -gap,  # log behav - log learner, summed per sequence below
+        "mismatch_capped": capped.float(),
+        "mismatch_rows": (fresh.sum(-1) > 0).float(),
+    }
+
+
+def mismatch_metrics(sums: Dict[str, float]) -> Dict[str, float]:
+    """From the reduced sums: the share of tokens the current version sampled, their mean
+    |behav_logp - learner logp|, the sequence-level KL(behav || learner) estimate (the k1
+    estimator: the mean over those sequences of the summed log-ratio), and the share of those
+    tokens whose behaviour weight exceeds the cap."""
+    tokens = sums["mismatch_tokens"]
+    out = {"mismatch_token_frac": tokens / max(sums["n_tokens"], 1.0)}
+    if tokens > 0:
+        out["mismatch_logp_abs"] = sums["mismatch_abs"] / tokens
+        out["mismatch_kl_seq"] = sums["mismatch_log_ratio"] / max(sums["mismatch_rows"], 1.0)
+        out["mismatch_capped_frac"] = sums["mismatch_capped"] / tokens
+    return out
+
+
 def loglinear_prox_logp(behav_logp, logp_now, behav_versions, prox_version: float, now_version: float):
     """Approximate proximal log-probs without a forward pass (AReaL's log-linear rule).
 

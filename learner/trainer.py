@@ -101,7 +101,9 @@ class Trainer:
         t0 = time.monotonic()
         groups, batch_id, dropped, wait_s = self._next_batch()
         rows = broadcast_rows(
-            rows_from_groups(groups, self.lcfg.adv_norm_std, self.lcfg.skip_zero_adv_groups) if self.leader else None
+            rows_from_groups(groups, self.lcfg.adv_norm_std, self.lcfg.skip_zero_adv_groups, self.lcfg.loss_agg)
+            if self.leader
+            else None
         )
         hist = {"token_staleness": staleness(groups, self.state.version)} if self.leader else {}
         m = self.engine.train_step(rows, self.state.version)

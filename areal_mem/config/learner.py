@@ -25,6 +25,14 @@ class CapLevel(str, Enum):
     sequence = "sequence"  # geometric mean of the token weights of one context
 
 
+class LossAgg(str, Enum):
+    """How the per-token losses of a mini-batch are averaged (`learner.loss_agg`)."""
+
+    token_mean = "token_mean"  # as released: every model token of every context weighs the same
+    trajectory_mean = "trajectory_mean"  # every trajectory weighs the same, whatever its contexts and tokens
+    context_mean = "context_mean"  # every context weighs the same, whatever its tokens
+
+
 class PublisherKind(str, Enum):
     distributed = "distributed"  # torch.distributed broadcast into the generators (SGLang handshake)
     disk = "disk"  # HF safetensors in the run dir + /update_weights_from_disk
@@ -110,6 +118,9 @@ class LearnerConfig:
     # Train no rows of a group whose rewards are all equal (zero advantage: no policy gradient);
     # faster steps, and the token-mean is over the groups that carry a signal (DAPO). Off as released.
     skip_zero_adv_groups: bool = False
+    # token_mean pools every token, so an episode of five contexts weighs five times one of a
+    # single context (and a long answer more than a short one); the other two modes undo that.
+    loss_agg: LossAgg = LossAgg.token_mean
     temperature: float = 1.0  # the rollout temperature: log-probs are of logits / temperature
     publish: PublishConfig = field(default_factory=PublishConfig)
     # Checkpoints and logs.
