@@ -87,7 +87,9 @@ class GeneratorClient(PooledSession):
         flush_retry_s: float = 0.2,
         on_request: Optional[Hook] = None,
         on_response: Optional[Hook] = None,
+        priority: Optional[int] = None,
     ):
+        """`priority`: SGLang's request priority on every /generate (larger first; None sends none)."""
         if not urls:
             raise ValueError("GeneratorClient needs at least one server url")
         self.servers = [_Server(u.rstrip("/")) for u in urls]
@@ -95,6 +97,7 @@ class GeneratorClient(PooledSession):
         self.timeout_s, self.max_retries = timeout_s, max_retries
         self.cooldown_s, self.flush_retry_s = cooldown_s, flush_retry_s
         self.on_request, self.on_response = on_request, on_response
+        self.priority = priority
         self._sticky: OrderedDict[str, _Server] = OrderedDict()
         self._rid_server: Dict[str, _Server] = {}
         self._active: set = set()  # rids of this client's generate calls in progress
@@ -203,6 +206,8 @@ class GeneratorClient(PooledSession):
                 "return_logprob": True,
                 "rid": rid,
             }
+            if self.priority is not None:
+                payload["priority"] = self.priority
             server = self._pick(sticky_key)
             server.outstanding += 1
             self._rid_server[rid] = server
@@ -378,6 +383,7 @@ def client_from_config(
     urls: Optional[Sequence[str]] = None,
     tokenizer=None,
     generation_only: bool = False,
+    priority: Optional[int] = None,
     **hooks,
 ):
     """A client for `urls` (default `cfg.urls`) with a `GeneratorConfig`'s timeouts and retries:
@@ -401,5 +407,6 @@ def client_from_config(
         max_retries=cfg.client.max_retries,
         cooldown_s=cfg.client.cooldown_s,
         flush_retry_s=cfg.client.flush_retry_s,
+        priority=priority,
         **hooks,
     )

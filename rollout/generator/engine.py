@@ -40,6 +40,7 @@ class Request:
     generator: Optional[torch.Generator] = None  # set for a sampling_seed; None: the engine's stream
     top_logprobs_num: int = 0  # > 0: record the k most likely tokens at every output position
     on_token: Optional[Callable[[Request], None]] = None  # after each unfinished token (streaming)
+    priority: int = 0  # SGLang's: larger is admitted first; equal ones in arrival order
     output_ids: List[int] = field(default_factory=list)
     logprobs: List[float] = field(default_factory=list)
     top_logprobs: List[List[Tuple[float, int]]] = field(default_factory=list)  # per output token
@@ -243,8 +244,7 @@ class Engine:
                 with self._cv:
                     if self._paused:
                         continue
-                    room = self.max_batch_size - len(self._rows)
-                    joiners = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+                    joiners = self._admit(self.max_batch_size - len(self._rows))
                 t0 = time.monotonic()
                 t1 = t2 = t0
                 try:
@@ -271,6 +271,20 @@ class Engine:
                     self.busy_s += time.monotonic() - t0
                     self.prefill_s += t1 - t0
                     self.decode_s += t2 - t1
+
+    def _admit(self, room: int) -> List[Request]:
+        """Take up to `room` waiting requests, highest priority first (a stable sort keeps the
+        queue's order, retracted requests first, among equals). Called under `_cv`. A request of
+        lower priority waits while the batch is full, as under SGLang's priority scheduling;
+        running rows are never preempted for it."""
+        if room <= 0 or not self._waiting:
+            return []
+        if all(r.priority == self._waiting[0].priority for r in self._waiting):
+            return [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+        ranked = sorted(self._waiting, key=lambda r: -r.priority)
+        joiners, taken = ranked[:room], {id(r) for r in ranked[:room]}
+        self._waiting = collections.deque(r for r in self._waiting if id(r) not in taken)
+        return joiners
 
     def _forward(self, ids, mask, pos, cache):
         out = self.model(

@@ -80,7 +80,6 @@ REFUSED_TOP = (
     "mm_hashes",
     "video_data",
     "audio_data",
-    "priority",
     "require_reasoning",
     "lora_path",
     "session_params",
@@ -209,6 +208,7 @@ class ParsedGenerate:
     top_logprobs_num: int = 0
     return_text_in_logprobs: bool = False
     return_prompt_token_ids: bool = False
+    priority: int = 0  # SGLang's request priority (larger first); none counts as 0
 
 
 @dataclass
@@ -289,6 +289,7 @@ def parse_generate(
     stream = _typed(body, "stream", bool, "a boolean", False)
     text_in = _typed(body, "return_text_in_logprobs", bool, "a boolean", False)
     prompt_ids_out = _typed(body, "return_prompt_token_ids", bool, "a boolean", False)
+    priority = _bounded_int(body, "priority", 0, -INT64 - 1, INT64, "request")
     prompts, batched = _prompts(body, encode)
     where = "input_ids" if body.get("input_ids") is not None else "text"
     for i, p in enumerate(prompts):
@@ -328,7 +329,9 @@ def parse_generate(
             if n > 1 and spec.sampling_seed is not None:  # independent samples: seed, seed+1, ...
                 spec = dataclasses.replace(spec, sampling_seed=(spec.sampling_seed + j) % 2**64)
             rid = rids[i] if n == 1 or rids[i] is None else f"{rids[i]}-{j}"
-            items.append(ParsedGenerate(rid, prompt, spec, want_lp[i], starts[i], tops[i], text_in, prompt_ids_out))
+            items.append(
+                ParsedGenerate(rid, prompt, spec, want_lp[i], starts[i], tops[i], text_in, prompt_ids_out, priority)
+            )
     return ParsedBatch(items, batched or n > 1, stream)
 
 

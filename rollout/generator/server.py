@@ -282,6 +282,7 @@ class GeneratorServer:
             generator=gen,
             top_logprobs_num=item.top_logprobs_num if item.return_logprob else 0,
             on_token=token if stream else None,
+            priority=item.priority,
         )
         return req
 

@@ -135,3 +135,28 @@ def test_a_failing_step_fails_its_requests_not_the_engine(ref_model):
         assert col.event.wait(30) and len(col.done["good"].output_ids) == 3
     finally:
         e.stop()
+
+
+def test_priority_orders_admission_and_keeps_arrival_order_among_equals(ref_model, h):
+    """SGLang's `priority`: while the batch is full, the waiting request with the larger value
+    joins first; equal ones (and requests without one: 0) keep their arrival order."""
+    e = Engine(ref_model, eos_ids=[2], max_batch_size=1, max_context_len=4096).start()
+    try:
+        order: list = []
+        col = Collector(5)
+
+        def done(req):
+            order.append(req.rid)
+            col(req)
+
+        e.pause("abort")  # nothing runs: every request waits, then they are admitted one by one
+        prompt = h.make_prompts(1, ref_model.config.vocab_size, seed=3)[0]
+        for rid, prio in (("a", 0), ("low", -1), ("high", 5), ("b", 0), ("c", 0)):
+            req = _req(rid, prompt, done, n=3)
+            req.priority = prio
+            e.submit(req)
+        e.resume()
+        assert col.event.wait(60)
+        assert order == ["high", "a", "b", "c", "low"]
+    finally:
+        e.stop()

@@ -37,7 +37,7 @@ TOP = {
     "video_data": ("https://example.invalid/a.mp4", "refused"),
     "audio_data": ("https://example.invalid/a.wav", "refused"),
     "extra_key": ("tenant-a", "honoured"),  # prefix-cache namespaces: no KV is shared across requests
-    "priority": (3, "refused"),
+    "priority": (3, "honoured"),  # admission order (test_engine.py)
     "cache_salt": ("salt", "honoured"),
     "require_reasoning": (True, "refused"),
     "lora_path": ("adapter", "refused"),
