@@ -76,7 +76,9 @@ def test_row_weights_travel_to_every_rank_and_default_to_tokens():
 async def _sample(url, prompts):
     async with GeneratorClient([url]) as c:
         params = SamplingParams(max_new_tokens=12, temperature=1.0, ignore_eos=True, sampling_seed=7)
-        return await asyncio.gather(*(c.generate(p, replace(params, sampling_seed=7 + i)) for i, p in enumerate(prompts)))
+        return await asyncio.gather(
+            *(c.generate(p, replace(params, sampling_seed=7 + i)) for i, p in enumerate(prompts))
+        )
 
 
 def _rows(results, prompts):
