@@ -107,17 +107,25 @@ class MetricsLogger:
             self.jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8")
 
     def log(
-        self, step: int, metrics: Dict[str, float], histograms: Optional[Dict[str, list]] = None, prefix: str = "train"
+        self,
+        step: int,
+        metrics: Dict[str, float],
+        histograms: Optional[Dict[str, list]] = None,
+        prefix: str = "train",
+        walltime: Optional[float] = None,
     ) -> None:
+        """`walltime`: when the logged state existed (default: now); an evaluation logs the time
+        its version was trained, not when its result came, so curves line up with training's."""
         if not self.enabled:
             return
         for k, v in metrics.items():
-            self.writer.add_scalar(f"{prefix}/{k}", v, step)
+            self.writer.add_scalar(f"{prefix}/{k}", v, step, walltime=walltime)
         for k, v in (histograms or {}).items():
             if v:
                 self.writer.add_histogram(f"{prefix}/{k}", np.asarray(v), step)
         self.writer.flush()
-        self.jsonl.write(json.dumps({"kind": prefix, "step": step, **metrics}) + "\n")
+        row = {"kind": prefix, "step": step, **({"time": walltime} if walltime is not None else {}), **metrics}
+        self.jsonl.write(json.dumps(row) + "\n")
         self.jsonl.flush()
         shown = " ".join(f"{k}={metrics[k]:.4g}" for k in CONSOLE_KEYS if k in metrics)
         print(f"[{prefix} step {step}] {shown}", file=self.stream, flush=True)

@@ -14,7 +14,9 @@ import signal
 import time
 from typing import TYPE_CHECKING, Dict, Optional
 
+from areal_mem import policy_snapshots
 from areal_mem.config import RunConfig
+from areal_mem.config.eval import EvalPlacement
 from areal_mem.config.learner import ResumeMode
 
 from . import distributed as D
@@ -47,6 +49,25 @@ class Trainer:
         self.log = MetricsLogger(cfg.run_dir, enabled=self.leader)
         self.state = TrainState()
         self.stop_requested = False
+        self.handed: set = set()  # versions handed to the evaluator by this process
+
+    def hand_to_evaluator(self, final: bool = False) -> float:
+        """Every `eval.interval` versions, and the first and the last, publish the current version
+        for the evaluator that runs beside training (`areal_mem.policy_snapshots`): its weights
+        (placement `own`) or only its number (`shared`). All ranks call (ZeRO-3 gathers are
+        collective); returns the seconds it took, the learner's cost of the evaluation."""
+        ev, version = self.cfg.eval, self.state.version
+        due = final or not self.handed or version % max(1, ev.interval) == 0
+        if ev.interval <= 0 or not due or version in self.handed:
+            return 0.0
+        t0 = time.monotonic()
+        self.handed.add(version)
+        own = ev.placement == EvalPlacement.own
+        if self.leader:
+            policy_snapshots.publish(self.cfg.run_dir, version, self.state.step, self.engine.export_hf if own else None)
+        elif own:
+            self.engine.export_hf("")  # take part in the gathers; rank 0 alone writes
+        return time.monotonic() - t0
 
     def request_stop(self, *_) -> None:
         """SIGTERM: finish the current step, checkpoint, exit."""
@@ -84,6 +105,7 @@ class Trainer:
                 self.publisher.publish(self.state.version)
         if self.leader and self.buffer is not None:
             self.buffer.set_version(self.state.version)
+        self.hand_to_evaluator()  # the curve starts at the weights RL starts from
         return self.state
 
     def _next_batch(self):
@@ -121,6 +143,9 @@ class Trainer:
                 m["probe_max_diff"] = push.probe_max_diff
             if self.leader and self.buffer is not None:
                 self.buffer.set_version(self.state.version)
+            handoff_s = self.hand_to_evaluator()
+            if handoff_s:
+                m["eval_handoff_s"] = handoff_s
         m["version"], m["step_s"] = float(self.state.version), time.monotonic() - t0
         if self.leader and self.state.step % self.lcfg.log_interval == 0:
             self.log.log(self.state.step, m, hist)
@@ -144,6 +169,10 @@ class Trainer:
                 self.step()
             if self.state.step % self.lcfg.checkpoint_interval:
                 self.ckpt.save(self.engine, self.state)  # at shutdown too
+            if not self.stop_requested and self.cfg.eval.interval > 0:
+                self.hand_to_evaluator(final=True)
+                if self.leader:
+                    policy_snapshots.mark_done(self.cfg.run_dir)
         finally:
             signal.signal(signal.SIGTERM, previous)
             self.log.close()

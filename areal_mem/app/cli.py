@@ -25,6 +25,7 @@ COMMANDS = {
     "generator": "rollout.generator.command",
     "data": "areal_mem.app.commands.data",
     "eval": "areal_mem.app.evaluation.command",
+    "evaluator": "areal_mem.app.evaluation.during_training",
     "learner": "areal_mem.app.commands.learner",
     "rollout": "areal_mem.app.commands.rollout",
     "train": "areal_mem.app.train",

@@ -161,7 +161,11 @@ class TrainPipeline:
             launcher.start_services()
             launcher.start_learner()
             launcher.start_workers()
+            launcher.start_evaluator()
             code = launcher.supervise(on_tick=lambda: (bar.update(), on_tick and on_tick(launcher)))
+            if code == 0 and cfg.eval.interval > 0:
+                print("[train] RL done; the evaluator finishes the versions still due ...", flush=True)
+                launcher.finish_evaluator(cfg.eval.drain_timeout_s, on_tick=bar.update)
         finally:
             launcher.stop_all()
             bar.close()
@@ -171,7 +175,23 @@ class TrainPipeline:
                 f"see {os.path.join(cfg.run_dir, 'logs', 'learner.log')}"
             )
         self.record_time("rl", start)
+        self.report_dev_curve()
         return final
+
+    def report_dev_curve(self) -> None:
+        """The evaluation beside training, if any: into the summary, the console and a PNG."""
+        from areal_mem import policy_snapshots
+
+        from .evaluation.during_training import curve_table, plot_curve
+
+        rows = policy_snapshots.read_curve(self.cfg.run_dir)
+        if not rows:
+            return
+        keep = ("version", "step", "time", "em", "f1", "pinned_fraction", "eval_s")
+        self.results["eval_during"] = [{k: r[k] for k in keep} for r in rows]
+        print("[train] dev evaluation beside training:\n" + curve_table(rows), flush=True)
+        png = plot_curve(rows, os.path.join(policy_snapshots.root(self.cfg.run_dir), "curve.png"))
+        print(f"[train] dev curve: {png or 'no plot (pip install -e .[bench] for matplotlib)'}", flush=True)
 
     def _run(self, name: str, argv: List[str], env: Optional[Dict[str, str]] = None) -> None:
         logs = os.path.join(self.cfg.run_dir, "logs")

@@ -1,6 +1,14 @@
-"""Evaluation of a workflow on a question file."""
+"""Evaluation of a workflow on a question file, and of policy versions while RL trains."""
 
 from dataclasses import dataclass
+from enum import Enum
+
+
+class EvalPlacement(str, Enum):
+    """Where the evaluation beside training generates (`eval.placement`)."""
+
+    own = "own"  # its own generator, loaded with each evaluated version: exactly pinned to it
+    shared = "shared"  # the training generators at a lower priority: no extra device, the version moves
 
 
 @dataclass
@@ -13,3 +21,16 @@ class EvalConfig:
     temperature: float = 0.0  # greedy
     out_dir: str = ""  # empty: <run_dir>/eval/<method>
     save_responses: bool = False  # every context's response in results.jsonl, not only the final one
+    # Evaluation beside asynchronous RL: every `interval` versions (and the first and the last)
+    # the learner hands the version to an evaluator process, which runs `method` greedily over a
+    # fixed dev sample while training goes on and logs EM/F1 by version and wall time
+    # (TensorBoard `eval_dev/*`, metrics.jsonl kind "eval_dev", <run_dir>/eval_during/curve.jsonl).
+    interval: int = 0  # versions between two evaluations; 0: off
+    placement: EvalPlacement = EvalPlacement.own
+    dev_data: str = ""  # question file; empty: the world's dev split
+    dev_questions: int = 32  # the first N questions of dev_data: the same sample for every version
+    # shared placement: the priority of the evaluation's requests (SGLang's: larger is served
+    # first; training requests carry none, which counts as 0 in the embedded generator and under
+    # SGLang's --default-priority-value 0)
+    priority: int = -1
+    drain_timeout_s: float = 900.0  # after the learner ends, wait this long for the evaluations still due

@@ -2,7 +2,7 @@
 
 import pytest
 
-from areal_mem.app.launch.plan import Addresses, learner_specs, service_specs, worker_specs
+from areal_mem.app.launch.plan import Addresses, evaluator_specs, learner_specs, service_specs, worker_specs
 from areal_mem.config import ConfigError, load_run
 
 
@@ -98,3 +98,19 @@ def test_the_one_gpu_recipe_puts_generation_and_training_on_one_card_and_pushes_
         require_publisher(
             load_run([os.path.join(repo, "configs", "debug_gpu.yaml")], ["learner.publish.kind=distributed"])
         )
+
+
+def test_the_evaluator_beside_training_is_planned_only_when_asked_and_refuses_sglang_without_priorities():
+    addresses = Addresses(["http://r"], ["http://g"], "grpc://b")
+    assert evaluator_specs(plan_cfg(), "c.yaml", addresses) == []
+    [own] = evaluator_specs(plan_cfg("eval.interval=5", "launcher.cpu_affinity={evaluator: [1]}"), "c.yaml", addresses)
+    assert own.argv[:3] == ["evaluator", "--config", "c.yaml"] and "generator.urls=[http://g]" in own.argv
+    assert own.restart and own.resources == {"CPU": 1.0} and own.env["AREAL_MEM_CPUS"] == "1"
+    [gpu] = evaluator_specs(plan_cfg("eval.interval=5", "generator.backend=sglang"), "c.yaml", addresses)
+    assert gpu.resources == {"CPU": 1.0, "GPU": 1.0}  # its own SGLang server needs a device
+    shared = ["eval.interval=5", "eval.placement=shared", "generator.backend=sglang"]
+    with pytest.raises(ConfigError, match="--enable-priority-scheduling and --default-priority-value"):
+        evaluator_specs(plan_cfg(*shared), "c.yaml", addresses)
+    args = "generator.sglang_args=[--enable-priority-scheduling,--default-priority-value,'0']"
+    [ok] = evaluator_specs(plan_cfg(*shared, args), "c.yaml", addresses)
+    assert ok.resources == {"CPU": 1.0}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections import Counter
 from typing import Any, Dict, List
 
 from tqdm import tqdm
@@ -45,6 +46,10 @@ async def evaluate(
             "reward": traj.reward,
             **{k: traj.info[k] for k in RECORD_KEYS},
             "context_tokens": turn_lengths(traj.info),
+            # which policy versions sampled its model tokens (evaluation beside training)
+            "token_versions": dict(
+                Counter(v for c in traj.contexts for v, m in zip(c.versions, c.loss_mask) if m and v >= 0)
+            ),
             "final_response": responses[-1] if responses else "",
         }
         if save_responses:

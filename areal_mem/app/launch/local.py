@@ -29,7 +29,15 @@ from areal_mem.config import RunConfig
 from areal_mem.net import free_port
 from areal_mem.process import ChildProcess, cli_command, ready_file_path, wait_ready
 
-from .plan import Addresses, ProcessSpec, generator_argv, learner_specs, service_specs, worker_specs
+from .plan import (
+    Addresses,
+    ProcessSpec,
+    evaluator_specs,
+    generator_argv,
+    learner_specs,
+    service_specs,
+    worker_specs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +89,32 @@ class LocalLauncher:
     def start_workers(self) -> None:
         for spec in worker_specs(self.cfg, self.config_path, self.addresses):
             self._start(spec)
+
+    def start_evaluator(self) -> None:
+        """The evaluation beside training (`eval.interval` > 0), if the recipe asks for one."""
+        for spec in evaluator_specs(self.cfg, self.config_path, self.addresses):
+            self._start(spec)
+
+    def finish_evaluator(self, timeout_s: float, on_tick: Optional[Callable[[], None]] = None) -> Optional[int]:
+        """After the learner ended: stop the rollout workers (nothing trains their groups any more)
+        and give the evaluator up to `timeout_s` for the versions still due. Its exit code, or
+        None when there is none or it was stopped at the deadline."""
+        child = self.children.get("evaluator")
+        if child is None:
+            return None
+        for name, worker in self.children.items():
+            if name.startswith("rollout"):
+                worker.stop(timeout_s=20)
+        deadline = time.monotonic() + timeout_s
+        while child.alive() and time.monotonic() < deadline:
+            if on_tick:
+                on_tick()
+            time.sleep(self.poll_s)
+        if child.alive():
+            log.warning("evaluator: still busy after eval.drain_timeout_s=%.0f s; stopping it", timeout_s)
+            child.stop(timeout_s=20)
+            return None
+        return child.returncode
 
     def supervise(self, on_tick: Optional[Callable[[], None]] = None) -> int:
         """Until rank 0 of the learner exits (its code is the run's); restart what may restart."""

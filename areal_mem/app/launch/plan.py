@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Dict, List
 
 from areal_mem.config import ConfigError, RunConfig
+from areal_mem.config.eval import EvalPlacement
 from areal_mem.config.generator import GeneratorBackend
 from areal_mem.config.learner import PublisherKind
 
 AFFINITY_ENV = "AREAL_MEM_CPUS"  # CPUs a process pins itself to at start (`areal_mem.app.cli.main`)
-ROLES = ("retriever", "generator", "buffer", "learner", "rollout")
+ROLES = ("retriever", "generator", "buffer", "learner", "rollout", "evaluator")
 
 
 @dataclass
@@ -179,6 +180,37 @@ def worker_specs(cfg: RunConfig, config_path: str, addresses: Addresses) -> List
             for i in range(n)
         ],
     )
+
+
+def evaluator_specs(cfg: RunConfig, config_path: str, addresses: Addresses) -> List[ProcessSpec]:
+    """The evaluator beside training (`eval.interval` > 0): it reaches the retriever and, under
+    `eval.placement: shared`, the training generators; under `own` it starts its own generator
+    (a GPU of its own with SGLang)."""
+    ev = cfg.eval
+    if ev.interval <= 0:
+        return []
+    sglang = cfg.generator.backend == GeneratorBackend.sglang
+    if ev.placement == EvalPlacement.shared and sglang:
+        missing = [
+            f
+            for f in ("--enable-priority-scheduling", "--default-priority-value")
+            if f not in cfg.generator.sglang_args
+        ]
+        if missing:
+            raise ConfigError(
+                f"eval.placement=shared with SGLang generators: add {' and '.join(missing)} to "
+                "generator.sglang_args (e.g. [--enable-priority-scheduling, --default-priority-value, '0']); "
+                "without them SGLang ignores eval.priority, or serves the rollouts' requests, which carry "
+                "no priority, after the evaluation's"
+            )
+    gpu = ev.placement == EvalPlacement.own and sglang
+    spec = ProcessSpec(
+        "evaluator",
+        ["evaluator", "--config", config_path, *addresses.overrides()],
+        restart=True,
+        resources={"CPU": 1.0, **({"GPU": 1.0} if gpu else {})},
+    )
+    return with_affinity(cfg, [spec])
 
 
 def with_affinity(cfg: RunConfig, specs: List[ProcessSpec]) -> List[ProcessSpec]:

@@ -14,6 +14,7 @@ class ProgressBar:
     def __init__(self, run_dir: str, total_steps: int) -> None:
         self.path = os.path.join(run_dir, "metrics.jsonl")
         self.offset = 0
+        self.dev = ""  # the newest dev EM beside training, "31.2@v12"
         self.bar = tqdm(total=total_steps, desc="RL", unit="step", dynamic_ncols=True)
 
     def update(self) -> None:
@@ -28,10 +29,14 @@ class ProgressBar:
         self.offset += sum(len(line) for line in lines)
         for line in lines:
             row = json.loads(line)
-            if row.get("kind", "train") != "train":
+            kind = row.get("kind", "train")
+            if kind == "eval_dev":  # the evaluation beside training (eval.interval)
+                self.dev = f"{row['em']:.3g}@v{row['step']}"
+            if kind != "train":
                 continue
             self.bar.n = int(row.get("step", self.bar.n))
-            self.bar.set_postfix({label: f"{row[k]:.3g}" for k, label in SHOWN if k in row}, refresh=False)
+            shown = {label: f"{row[k]:.3g}" for k, label in SHOWN if k in row}
+            self.bar.set_postfix({**shown, **({"dev EM": self.dev} if self.dev else {})}, refresh=False)
         if lines:
             self.bar.refresh()
 
