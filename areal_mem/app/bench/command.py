@@ -17,6 +17,7 @@ BENCHES = {
     "staleness": "areal_mem.app.bench.staleness",
     "scale": "areal_mem.app.bench.scale",
     "soak": "areal_mem.app.bench.soak",
+    "eval": "areal_mem.app.bench.eval_overhead",
     "all": "areal_mem.app.bench.report",
 }
 
