@@ -6,6 +6,7 @@ rows of the corpus it was built from; both mismatches are refused with a message
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -16,6 +17,8 @@ FORMAT_VERSION = 1
 
 # Encoder settings that change the vectors; a mismatch in any of them is refused.
 ENCODER_KEYS = ("fingerprint", "dim", "pooling", "normalize", "query_prefix", "passage_prefix", "max_length")
+# Where and how fast it was built, not what it answers: left out of the checksum.
+NOT_IDENTITY = ("corpus_path", "build_seconds")
 
 
 class IndexMismatchError(ValueError):
@@ -34,6 +37,15 @@ class Manifest:
     index: dict = field(default_factory=dict)  # faiss or bm25 settings
     build_seconds: float = 0.0
     format_version: int = FORMAT_VERSION
+
+    def checksum(self) -> str:
+        """sha256 of what the index answers from: corpus checksum and count, kind, encoder
+        (weights fingerprint and settings, not its folder), index settings. The /health answer
+        carries it, so a recorded tool call names the index that answered it. Hashing the index
+        files themselves would take minutes at wiki-18 size (tens of GB) on every start."""
+        identity = {k: v for k, v in asdict(self).items() if k not in NOT_IDENTITY}
+        identity["encoder"] = {k: v for k, v in self.encoder.items() if k != "path"}
+        return "sha256:" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
     def save(self, out_dir: str) -> None:
         tmp = os.path.join(out_dir, MANIFEST + ".tmp")

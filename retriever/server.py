@@ -2,7 +2,9 @@
 
 Every query, whichever route brought it, goes through one `MicroBatcher`, so hundreds of
 agents searching at once share encoder forward passes and index calls instead of queueing
-behind a global lock. Bad requests get a 4xx JSON error naming the field; the service stays up.
+behind a global lock; with `retriever.cache_size` a bounded LRU `QueryCache` answers repeated
+queries before they reach it. Bad requests get a 4xx JSON error naming the field; the service
+stays up. /health names the index by its manifest checksum (what recorded tool calls cite).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from areal_mem.process import write_ready_file
 from areal_mem.security import bearer_auth_middleware, check_bind, json_errors_middleware
 
 from .batcher import MicroBatcher
+from .cache import QueryCache
 from .index import Index
 from .requests import Query, RequestError, parse_batch_search, parse_retrieve, parse_search
 
 log = logging.getLogger(__name__)
 BATCHER = web.AppKey("batcher", MicroBatcher)
+CACHE = web.AppKey("cache", QueryCache)
 
 
 def make_app(index: Index, cfg: RetrieverConfig) -> web.Application:
@@ -39,6 +43,8 @@ def make_app(index: Index, cfg: RetrieverConfig) -> web.Application:
         batcher = MicroBatcher(index.search, cfg.max_batch_size, cfg.batch_window_ms / 1000.0)
         batcher.start()
         app[BATCHER] = batcher
+        if cfg.cache_size:
+            app[CACHE] = QueryCache(cfg.cache_size)
         yield
         await batcher.close()
 
@@ -59,7 +65,11 @@ def make_app(index: Index, cfg: RetrieverConfig) -> web.Application:
         except RequestError as e:
             return web.json_response(e.body(), status=e.status)
         try:
-            hits = await request.app[BATCHER].submit_many(query.queries, query.top_n)
+            batcher, cache = request.app[BATCHER], request.app.get(CACHE)
+            if cache is None:
+                hits = await batcher.submit_many(query.queries, query.top_n)
+            else:
+                hits = await cache.get_many(query.queries, query.top_n, batcher.submit)
         except Exception as e:  # the search failed: say so, keep serving
             log.exception("search failed")
             return web.json_response({"error": f"search failed: {type(e).__name__}: {e}", "field": ""}, status=500)
@@ -93,15 +103,17 @@ def make_app(index: Index, cfg: RetrieverConfig) -> web.Application:
         return web.json_response({"result": result})
 
     async def health(request: web.Request) -> web.Response:
-        b = request.app[BATCHER]
+        b, cache = request.app[BATCHER], request.app.get(CACHE)
         return web.json_response(
             {
                 "status": "ok",
                 "kind": index.manifest.kind,
                 "documents": index.count,
+                "index_checksum": index.manifest.checksum(),
                 "max_batch_size": b.max_batch,
                 "batches": b.batches,
-                "queries": b.queries,
+                "queries": b.queries,  # searched: cache hits never reach the batcher
+                "cache": cache.stats() if cache is not None else None,
             }
         )
 

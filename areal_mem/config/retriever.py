@@ -82,6 +82,7 @@ class RetrieverConfig:
     max_body_bytes: int = 1 << 20  # larger request bodies get HTTP 413
     batch_window_ms: float = 0.0  # extra wait for company; 0: take what queued during the last search
     max_batch_size: int = 64  # queries per micro-batch; 1 = one at a time (the global-lock baseline)
+    cache_size: int = 0  # LRU cache of (query, top_n) answers in the service, in entries; 0: off
     token: str = ""  # shared bearer token, required for a non-loopback bind
     timeout_s: float = 30.0  # client: per request
     max_retries: int = 3  # client: retries on connection errors and 5xx, with backoff
