@@ -27,6 +27,9 @@ from .sampling import SamplingSpec, sample_from, scaled_logprobs
 log = logging.getLogger(__name__)
 
 
+ABORTED_MEMORY = 65536  # rids of requests a pause aborted, remembered to count their resends
+
+
 class WeightLoadError(ValueError):
     pass
 
@@ -41,6 +44,7 @@ class Request:
     top_logprobs_num: int = 0  # > 0: record the k most likely tokens at every output position
     on_token: Optional[Callable[[Request], None]] = None  # after each unfinished token (streaming)
     priority: int = 0  # SGLang's: larger is admitted first; equal ones in arrival order
+    computed: int = 0  # tokens of it whose KV a retract threw away: prefilled again on resume
     output_ids: List[int] = field(default_factory=list)
     logprobs: List[float] = field(default_factory=list)
     top_logprobs: List[List[Tuple[float, int]]] = field(default_factory=list)  # per output token
@@ -49,6 +53,12 @@ class Request:
     created: float = field(default_factory=time.monotonic)
     finished_at: float = 0.0
     error: Optional[str] = None  # the engine failed on it (answered 500, not a normal abort)
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens in its KV cache while it runs: the prompt and every output token but the newest
+        (sampled, not yet fed back)."""
+        return len(self.prompt_ids) + max(0, len(self.output_ids) - 1)
 
     def complete(self, finish: Optional[dict] = None) -> None:
         if finish is not None:
@@ -95,6 +105,11 @@ class Engine:
         self.busy_s, self.tokens_out, self.started_at = 0.0, 0, time.monotonic()
         self.prefill_s, self.prefill_tokens, self.decode_s, self.decode_rows = 0.0, 0, 0.0, 0
         self.score_tokens = 0  # prompt tokens scored for prompt log-probs (`prompt_logprobs`)
+        # Of the prefilled tokens, those computed before and thrown away: a retracted row's, or
+        # those of a request that a pause aborted and its client resent (same rid, its prompt
+        # plus the partial output). The cost of a weight push beyond the push itself.
+        self.reprefill_tokens = 0
+        self._aborted: collections.OrderedDict = collections.OrderedDict()  # rid -> tokens computed
         self._step_lock = threading.RLock()  # held for a step and for every change of state
         self._cv = threading.Condition()  # guards the waiting queue, paused, stopping, _control_waiting
         # Control calls waiting for the step lock; the loop starts no step while any waits, so a
@@ -146,6 +161,7 @@ class Engine:
             "tokens": self.tokens_out,
             "prefill_s": self.prefill_s,
             "prefill_tokens": self.prefill_tokens,
+            "reprefill_tokens": self.reprefill_tokens,
             "decode_s": self.decode_s,
             "decode_rows": self.decode_rows,
             "score_tokens": self.score_tokens,
@@ -168,9 +184,15 @@ class Engine:
                 self._paused = True
                 n = len(self._rows) + len(self._waiting)
             if mode == "abort":
+                for r in self._rows:  # a client resends these: their prefill is done again
+                    self._aborted[r.rid] = r.kv_tokens
+                    while len(self._aborted) > ABORTED_MEMORY:
+                        self._aborted.popitem(last=False)
                 self._abort_where(lambda r: True, "Abort by /pause_generation")
             elif mode == "retract":
                 rows = self._rows
+                for r in rows:
+                    r.computed = r.kv_tokens
                 self._set_rows([], None, None, None, None)
                 with self._cv:
                     self._waiting.extendleft(reversed(rows))
@@ -306,6 +328,10 @@ class Engine:
         for r in joiners:
             by_len.setdefault(len(r.prompt_ids) + len(r.output_ids), []).append(r)
         parts = []  # (rows, cache, length, first tokens)
+        for r in joiners:
+            done_before = r.computed or self._aborted.pop(r.rid, 0)
+            self.reprefill_tokens += min(done_before, len(r.prompt_ids) + len(r.output_ids))
+            r.computed = 0
         for n, rows in by_len.items():
             self.prefill_tokens += n * len(rows)
             ids = torch.tensor([r.prompt_ids + r.output_ids for r in rows], device=self.device)

@@ -81,6 +81,10 @@ def _check_arms(result, records, stdout):
         assert 0.0 <= row["gen_idle_frac"] < 1.0 and row["gen_tokens_per_busy_s"] > 0  # the engine's counter
         # the engine's split of its busy time, and CPU seconds by process over the same window
         assert row["gen_prefill_s_per_step"] + row["gen_decode_s_per_step"] <= row["t_gen_s"] + 1e-9
+        assert row["gen_reprefill_frac"] == pytest.approx(
+            (last["reprefill_tokens"] - first["reprefill_tokens"]) / (last["prefill_tokens"] - first["prefill_tokens"])
+        )
+        assert 0.0 <= row["gen_reprefill_frac"] <= 1.0
         assert row["gen_decode_ms_per_row"] == pytest.approx(
             1e3 * (last["decode_s"] - first["decode_s"]) / (last["decode_rows"] - first["decode_rows"])
         )

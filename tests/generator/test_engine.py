@@ -160,3 +160,47 @@ def test_priority_orders_admission_and_keeps_arrival_order_among_equals(ref_mode
         assert order == ["high", "a", "b", "c", "low"]
     finally:
         e.stop()
+
+
+def test_prefill_done_again_after_a_retract_or_an_aborted_resend_is_counted(ref_model, h):
+    """`reprefill_tokens`: a retracted row's KV (prompt + outputs but the newest) is prefilled
+    again on resume; a request a pause aborted, resent under its rid with its partial output, is
+    prefilled again up to what it had; a new rid's prefill is first-time work."""
+    e = Engine(ref_model, eos_ids=[2], max_batch_size=8, max_context_len=4096).start()
+    try:
+        prompts = h.make_prompts(3, ref_model.config.vocab_size, seed=21)
+        col = Collector(2)
+        reqs = [_req(f"r{i}", p, col, n=N) for i, p in enumerate(prompts[:2])]
+        for r in reqs:
+            e.submit(r)
+        while e.steps < 5:
+            time.sleep(0.005)
+        e.pause("retract")
+        kv = [len(r.prompt_ids) + len(r.output_ids) - 1 for r in reqs]  # their KV when retracted
+        assert all(len(r.output_ids) >= 2 for r in reqs)
+        before = e.stats()
+        e.resume()
+        assert col.event.wait(60)
+        after = e.stats()
+        assert after["reprefill_tokens"] - before["reprefill_tokens"] == sum(kv)
+        assert after["prefill_tokens"] - before["prefill_tokens"] == sum(kv) + 2  # + each newest token
+
+        aborted = Collector(1)
+        first = _req("resent", prompts[2], aborted, n=N)
+        e.submit(first)
+        while not first.output_ids:
+            time.sleep(0.005)
+        e.pause("abort")
+        assert aborted.event.wait(10) and first.finish["type"] == "abort"
+        kv = len(first.prompt_ids) + len(first.output_ids) - 1
+        e.resume()
+        before = e.stats()
+        col = Collector(2)
+        e.submit(_req("resent", first.prompt_ids + first.output_ids, col, n=3))  # the client's resend
+        e.submit(_req("fresh", prompts[2], col, n=3))
+        assert col.event.wait(60)
+        after = e.stats()
+        assert after["reprefill_tokens"] - before["reprefill_tokens"] == kv
+        assert after["prefill_tokens"] - before["prefill_tokens"] == kv + 1 + len(prompts[2])
+    finally:
+        e.stop()

@@ -83,6 +83,7 @@ class Sample:
     engine_steps: Optional[int] = None
     prefill_s: Optional[float] = None
     prefill_tokens: Optional[int] = None
+    reprefill_tokens: Optional[int] = None  # of those, prefilled again (after an abort or retract)
     decode_s: Optional[float] = None
     decode_rows: Optional[int] = None
     cpu_s: Dict[str, float] = field(default_factory=dict)  # CPU seconds of the arm's live processes, by role
@@ -191,7 +192,16 @@ def _engine_stats(url: str) -> dict:
             stats = json.loads(resp.read()).get("engine_stats") or {}
     except (OSError, ValueError):
         return {}
-    keys = ("busy_s", "uptime_s", "tokens", "prefill_s", "prefill_tokens", "decode_s", "decode_rows")
+    keys = (
+        "busy_s",
+        "uptime_s",
+        "tokens",
+        "prefill_s",
+        "prefill_tokens",
+        "reprefill_tokens",
+        "decode_s",
+        "decode_rows",
+    )
     return {"engine_steps": stats.get("steps"), **{k: stats.get(k) for k in keys}}
 
 
@@ -260,6 +270,10 @@ def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
             # extra work (tokens prefilled again after aborts) against slower work (time per row)
             per_step = last.steps - first.steps
             out["gen_prefill_tokens_per_step"] = (last.prefill_tokens - first.prefill_tokens) / per_step
+            if last.reprefill_tokens is not None and first.reprefill_tokens is not None:
+                redone = last.reprefill_tokens - first.reprefill_tokens
+                out["gen_reprefill_tokens_per_step"] = redone / per_step
+                out["gen_reprefill_frac"] = redone / max(1, last.prefill_tokens - first.prefill_tokens)
             out["gen_prefill_s_per_step"] = (last.prefill_s - first.prefill_s) / per_step
             out["gen_decode_s_per_step"] = (last.decode_s - first.decode_s) / per_step
             out["gen_decode_ms_per_row"] = (

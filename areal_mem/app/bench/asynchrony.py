@@ -150,15 +150,24 @@ def render(result: dict) -> str:
     if all("gen_decode_ms_per_row" in r for r in result["rows"]):
         lines += [
             "",
-            "generator per learner step (busy time split; tokens prefilled include requests "
-            "resent after a weight push aborted them):",
+            "generator per learner step (busy time split; of the tokens prefilled, those prefilled "
+            "again: requests a weight push aborted and their clients resent, or retracted rows):",
             "",
             markdown_table(
-                ["eta", "prefill tokens", "prefill s", "decode s", "decode ms/row", "rows per decode step"],
+                [
+                    "eta",
+                    "prefill tokens",
+                    "of them again",
+                    "prefill s",
+                    "decode s",
+                    "decode ms/row",
+                    "rows per decode step",
+                ],
                 [
                     [
                         r["eta"],
                         r["gen_prefill_tokens_per_step"],
+                        pct(r.get("gen_reprefill_frac")),
                         r["gen_prefill_s_per_step"],
                         r["gen_decode_s_per_step"],
                         r["gen_decode_ms_per_row"],
