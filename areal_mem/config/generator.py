@@ -28,6 +28,10 @@ class EmbeddedConfig:
     dtype: str = "float32"  # float32 | bfloat16 | float16
     max_context_len: int = 0  # 0: the model's max_position_embeddings
     torch_threads: int = 1  # CPU threads per server; 0: torch's default (all cores)
+    # KV of finished sequences kept (tokens) to skip prefilling prompts that extend them (the
+    # memory request extends the action's context; every context shares the system prompt);
+    # emptied on every weight change, as SGLang's radix cache. 0: off
+    prefix_cache_tokens: int = 0
     weight_group_timeout_s: float = 600.0  # torch.distributed rendezvous and broadcast timeout
     # folders /update_weights_from_disk may load from (symlinks and `..` resolved); empty: the
     # served model's folder, model.path and <run_dir>/weights (the disk publisher's)

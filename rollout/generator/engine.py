@@ -22,6 +22,7 @@ from typing import Callable, Deque, Iterable, List, Optional, Sequence, Set, Tup
 import torch
 
 from . import kv_cache
+from .prefix_cache import PrefixCache
 from .sampling import SamplingSpec, sample_from, scaled_logprobs
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,10 @@ class Engine:
         max_context_len: int,
         decode: Optional[Callable[[List[int]], str]] = None,
         version: str = "0",
+        prefix_cache_tokens: int = 0,
     ):
+        """`prefix_cache_tokens`: KV of finished sequences kept for reuse as later prompts'
+        prefixes (`prefix_cache.py`); 0: none."""
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.eos_ids: Set[int] = set(eos_ids)
@@ -110,6 +114,8 @@ class Engine:
         # plus the partial output). The cost of a weight push beyond the push itself.
         self.reprefill_tokens = 0
         self._aborted: collections.OrderedDict = collections.OrderedDict()  # rid -> tokens computed
+        self.prefix = PrefixCache(prefix_cache_tokens)
+        self.prefix_hit_tokens = 0  # prompt tokens whose KV came from the prefix cache, not a prefill
         self._step_lock = threading.RLock()  # held for a step and for every change of state
         self._cv = threading.Condition()  # guards the waiting queue, paused, stopping, _control_waiting
         # Control calls waiting for the step lock; the loop starts no step while any waits, so a
@@ -162,6 +168,8 @@ class Engine:
             "prefill_s": self.prefill_s,
             "prefill_tokens": self.prefill_tokens,
             "reprefill_tokens": self.reprefill_tokens,
+            "prefix_hit_tokens": self.prefix_hit_tokens,
+            "prefix_cache_tokens": self.prefix.tokens,
             "decode_s": self.decode_s,
             "decode_rows": self.decode_rows,
             "score_tokens": self.score_tokens,
@@ -233,7 +241,15 @@ class Engine:
                 state[name].data.copy_(t.to(device=self.device, dtype=state[name].dtype))
             if version is not None:
                 self.version = version
+            self.prefix.clear()  # KV of other weights
         return len(named)
+
+    def flush_prefix_cache(self) -> int:
+        """Drop every stored prefix (SGLang's /flush_cache); returns the tokens dropped."""
+        with self._control():
+            n = self.prefix.tokens
+            self.prefix.clear()
+            return n
 
     def set_version(self, version: str) -> None:
         with self._control():
@@ -328,17 +344,34 @@ class Engine:
         for r in joiners:
             by_len.setdefault(len(r.prompt_ids) + len(r.output_ids), []).append(r)
         parts = []  # (rows, cache, length, first tokens)
+        hits = []  # (request, tokens from the prefix cache, their KV): prefilled one by one
         for r in joiners:
+            ids = r.prompt_ids + r.output_ids
+            hit, layers = self.prefix.lookup(ids)
             done_before = r.computed or self._aborted.pop(r.rid, 0)
-            self.reprefill_tokens += min(done_before, len(r.prompt_ids) + len(r.output_ids))
+            self.reprefill_tokens += max(0, min(done_before, len(ids)) - hit)
+            self.prefix_hit_tokens += hit
             r.computed = 0
+            if hit:
+                by_len[len(ids)].remove(r)
+                hits.append((r, hit, layers))
         for n, rows in by_len.items():
+            if not rows:
+                continue
             self.prefill_tokens += n * len(rows)
             ids = torch.tensor([r.prompt_ids + r.output_ids for r in rows], device=self.device)
             pos = torch.arange(n, device=self.device).expand(len(rows), n)
             cache = kv_cache.empty_cache(self._num_layers)
             logits = self._forward(ids, None, pos, cache)
             parts.append((rows, cache, n, self._sample_and_record(rows, logits)))
+        for r, hit, layers in hits:
+            ids = r.prompt_ids + r.output_ids
+            n = len(ids)
+            self.prefill_tokens += n - hit
+            cache = kv_cache.from_prefix(layers)
+            pos = torch.arange(hit, n, device=self.device).unsqueeze(0)
+            logits = self._forward(torch.tensor([ids[hit:]], device=self.device), None, pos, cache)
+            parts.append(([r], cache, n, self._sample_and_record([r], logits)))
         width = max([n for _, _, n, _ in parts] + ([self._mask.shape[1]] if self._rows else []))
         masks = [
             torch.cat(
@@ -439,9 +472,24 @@ class Engine:
             self._last[idx],
         )
 
+    def _remember(self, indices: Sequence[int]) -> None:
+        """Store the KV of these running rows (finishing or aborted) in the prefix cache."""
+        if self.prefix.max_tokens <= 0 or not indices:
+            return
+        width = self._cache.layers[0].length  # rows are right-aligned: padding on the left
+        for i in indices:
+            r = self._rows[i]
+            n = r.kv_tokens
+            layers = [
+                (lay.keys[i, :, width - n :].clone(), lay.values[i, :, width - n :].clone())
+                for lay in self._cache.layers
+            ]
+            self.prefix.insert((r.prompt_ids + r.output_ids)[:n], layers)
+
     def _drop_finished(self) -> None:
         done = [r for r in self._rows if r.finish is not None]
         if done:
+            self._remember([i for i, r in enumerate(self._rows) if r.finish is not None])
             self._keep_rows([i for i, r in enumerate(self._rows) if r.finish is None])
             for r in done:
                 r.complete()
@@ -452,6 +500,7 @@ class Engine:
             self._waiting = collections.deque(r for r in self._waiting if not pred(r))
         hit = [i for i, r in enumerate(self._rows) if pred(r)]
         gone += [self._rows[i] for i in hit]
+        self._remember(hit)  # valid prefixes until the weights change (then the cache is emptied)
         if hit:
             self._keep_rows([i for i in range(len(self._rows)) if i not in set(hit)])
         for r in gone:

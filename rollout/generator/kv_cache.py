@@ -55,6 +55,13 @@ def empty_cache(num_layers: int) -> Cache:
     return Cache(layers=[BatchKVLayer() for _ in range(num_layers)])
 
 
+def from_prefix(layers: Sequence[Tuple[torch.Tensor, torch.Tensor]]) -> Cache:
+    """A one-row cache holding a stored prefix (per layer keys, values as [heads, tokens, dim]),
+    copied into buffers with room for the suffix that is prefilled after it."""
+    n = layers[0][0].shape[1]
+    return Cache(layers=[BatchKVLayer(_pad(k[None], 0, HEADROOM), _pad(v[None], 0, HEADROOM), n) for k, v in layers])
+
+
 def select_rows(cache: Cache, rows: torch.Tensor, trim: int) -> Cache:
     """The cache of some rows, without the first `trim` (padding) columns."""
     out: List[BatchKVLayer] = []

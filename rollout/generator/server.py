@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import glob
+import hashlib
 import json
 import logging
 import os
@@ -24,11 +25,13 @@ from aiohttp import web
 from areal_mem import __version__
 from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.security import bearer_auth_middleware, json_errors_middleware
+from areal_mem.weight_fingerprint import fingerprints
 from areal_mem.weight_transport import BucketMeta, WeightGroup
 
 from . import openai_api
 from .admin_requests import (
     Abort,
+    CheckWeights,
     InitWeightsUpdateGroup,
     PauseGeneration,
     UpdateWeightFromDisk,
@@ -41,6 +44,8 @@ from .protocol import BadRequest, ParsedGenerate, build_response, check_prompt, 
 
 log = logging.getLogger(__name__)
 
+# SGLang's ParallelismInfo of the one rank an embedded server has
+ONE_RANK = dict(role="target", tp_rank=0, tp_size=1, dp_rank=0, dp_size=1, pp_rank=0, pp_size=1, rank=0, size=1)
 MAX_BODY_BYTES = 64 << 20  # larger bodies get 413; a 32k-token prompt is well under 1 MiB
 WEIGHT_BACKENDS = ("nccl", "gloo")
 
@@ -588,6 +593,38 @@ class GeneratorServer:
         self.groups[b.group_name] = group
         return web.json_response({"success": True, "message": f"joined {b.group_name} as rank {group.rank}"})
 
+    async def weights_checker(self, request: web.Request) -> web.Response:
+        """SGLang's `/weights_checker`, action `checksum`, in SGLang's answer shape, each checksum
+        an `areal_mem.weight_fingerprint` of the tensor as served, keyed by its HF name (the names
+        the learner pushes), so the learner can compare it with what it pushed. The weights are
+        read as they are: the publisher asks after every push's answer, while generation is paused."""
+        try:
+            body = parse_body(CheckWeights, await self._json(request))
+            skip = body.skip_tensor_list or []
+            named = [(n, p) for n, p in self.engine.model.named_parameters() if not any(s in n for s in skip)]
+            t0 = time.monotonic()
+            checksums = await asyncio.to_thread(fingerprints, named)
+        except (BadRequest, ValueError) as e:
+            return self._failed(e)
+        overall = hashlib.sha256()  # SGLang's per_gpu_checksum: over the sorted names and checksums
+        for name in sorted(checksums):
+            overall.update(name.encode())
+            overall.update(checksums[name].encode())
+        per_gpu = overall.hexdigest()
+        rank = {
+            "checksums": checksums,
+            "per_gpu_checksum": per_gpu,
+            "parallelism_info": [ONE_RANK],
+        }
+        return web.json_response(
+            {
+                "success": True,
+                "message": f"checksum of {len(checksums)} tensors in {time.monotonic() - t0:.3f} s",
+                "ranks": [rank],
+                "per_engine_checksum": hashlib.sha256(per_gpu.encode()).hexdigest(),
+            }
+        )
+
     async def update_weight_version(self, request: web.Request) -> web.Response:
         body = parse_body(UpdateWeightVersion, await self._json(request))
         if body.abort_all_requests:
@@ -600,6 +637,7 @@ class GeneratorServer:
         n = self.engine.in_flight()
         if n:
             return self._bad(f"Cache not flushed because there are {n} pending requests")
+        await asyncio.to_thread(self.engine.flush_prefix_cache)
         return web.json_response({"success": True, "message": "Cache flushed."})
 
     def app(self) -> web.Application:
@@ -627,6 +665,8 @@ class GeneratorServer:
                 web.post("/init_weights_update_group", self.init_weights_update_group),
                 web.post("/update_weights_from_distributed", self.update_weights_from_distributed),
                 web.post("/update_weight_version", self.update_weight_version),
+                web.get("/weights_checker", self.weights_checker),
+                web.post("/weights_checker", self.weights_checker),
                 web.get("/flush_cache", self.flush_cache),
                 web.post("/flush_cache", self.flush_cache),
             ]
@@ -663,7 +703,7 @@ def build_server(
         eos.add(tokenizer.eos_token_id)
     ctx = cfg.max_context_len or getattr(hf, "max_position_embeddings", 4096)
     decode = (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)) if tokenizer else None
-    engine = Engine(model, eos, cfg.max_batch_size, ctx, decode, weight_version).start()
+    engine = Engine(model, eos, cfg.max_batch_size, ctx, decode, weight_version, cfg.prefix_cache_tokens).start()
     meta = ModelMeta(model_path, int(hf.vocab_size), ctx)
     return GeneratorServer(
         engine, meta, tokenizer, token, cfg.weight_group_timeout_s, list(weights_dirs) or [model_path]
