@@ -80,6 +80,23 @@ class RetrieverClient(PooledSession):
             f"gave up after {self.max_retries + 1} attempts; last: {last}", getattr(last, "status", None)
         )
 
+    async def index_checksum(self) -> str:
+        """The checksum of the index the replicas serve (their /health), which recorded tool calls
+        cite; replicas serving different indexes are refused, since answers would depend on which
+        one a request reached."""
+        found = {}
+        for url in self.urls:
+            try:
+                async with self._http().get(url + "/health") as resp:
+                    if resp.status >= 400:
+                        raise RetrieverError(f"{url}/health: HTTP {resp.status}: {await resp.text()}", resp.status)
+                    found[url] = (await resp.json()).get("index_checksum", "")
+            except (TimeoutError, aiohttp.ClientError) as e:
+                raise RetrieverError(f"{url}/health: {type(e).__name__}: {e}") from None
+        if len(set(found.values())) > 1:
+            raise RetrieverError(f"the retriever replicas serve different indexes: {found}")
+        return found[self.urls[0]]
+
     async def search(self, query: str, top_n: int) -> List[dict]:
         """Top `top_n` documents `{"id", "contents"}` for one query (MemSearcher's /search)."""
         return await self._post("/search", {"query": query, "top_n": top_n})

@@ -56,3 +56,9 @@ class RolloutConfig:
     # id, so an episode's tokens do not depend on which requests shared its batch or the order
     # they arrived in (off: the generator's shared random stream, as before)
     seeded_sampling: bool = True
+    # Tool-call record and replay (rollout/tools/recorder.py, replayer.py). record_tools: "" or
+    # "false" off; "true" <run_dir>/tools/<process>.jsonl; a folder: <folder>/<process>.jsonl;
+    # a file ending .jsonl: that file (one process only)
+    record_tools: str = ""
+    replay_tools: List[str] = field(default_factory=list)  # tapes (files, or folders of *.jsonl) answer searches
+    replay_fallback: bool = False  # a search the tapes lack goes to the retriever instead of failing

@@ -2,7 +2,8 @@
 
 A failing call never ends the episode: a parse error, an unknown tool, bad
 arguments, a timeout or a backend error becomes the response text, so the
-model sees what went wrong and the rollout keeps going.
+model sees what went wrong and the rollout keeps going. The one exception is
+`ToolUnavailable` (a replay without the call), which must not be papered over.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import logging
 from typing import List, Mapping
 
-from .base import Tool, ToolError
+from .base import Tool, ToolError, ToolUnavailable
 from .calls import ToolCall
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ async def execute_call(call: ToolCall, tools: Mapping[str, Tool], timeout_s: flo
         return f"Error: the {call.name} call timed out after {timeout_s:g} s."
     except ToolError as e:
         return f"Error: {e}"
+    except ToolUnavailable:
+        raise  # the episode cannot go on as configured (see ToolUnavailable)
     except Exception as e:  # backend failures (HTTP, connection) must not kill the rollout
         log.warning("tool %s failed: %s: %s", call.name, type(e).__name__, e)
         return f"Error: the {call.name} call failed ({type(e).__name__})."

@@ -19,7 +19,7 @@ from areal_mem.trajectory import Trajectory
 from rollout.rewards.answer import extract_boxed
 from rollout.rewards.answer_reward import format_error
 from rollout.rewards.metrics import exact_match, f1_score, substring_match
-from rollout.tools.base import Tool
+from rollout.tools.base import EPISODE, Tool
 
 from .tokens import packaged_prompt
 
@@ -65,10 +65,13 @@ class Workflow(ABC):
 
 async def run_episode(workflow: Workflow, task: Task, ctx: WorkflowContext, traj_id: str) -> Trajectory:
     """Run one episode, then drop the generator client's server affinity for it (its `forget`),
-    which would otherwise grow by one entry per trajectory for the whole run."""
+    which would otherwise grow by one entry per trajectory for the whole run. Its tool calls see
+    `traj_id` as the `EPISODE` (recorded searches name their episode)."""
+    episode = EPISODE.set(traj_id)  # this task's context: concurrent episodes run in tasks of their own
     try:
         return await workflow.run(task, ctx, traj_id)
     finally:
+        EPISODE.reset(episode)
         forget = getattr(ctx.generator, "forget", None)
         if forget is not None:
             forget(traj_id)

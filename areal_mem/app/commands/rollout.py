@@ -39,6 +39,7 @@ async def _main(cfg: RunConfig, args: argparse.Namespace) -> int:
     from retriever.client import RetrieverClient
     from rollout.generator.client import client_from_config
     from rollout.tasks import TaskCursor
+    from rollout.tools.backend import search_backend
     from rollout.worker import RolloutWorker
     from rollout.workflows.setup import build_context, build_workflow
 
@@ -63,7 +64,8 @@ async def _main(cfg: RunConfig, args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     buffer = BufferClient.from_config(cfg.buffer)
     async with client_from_config(cfg.generator) as generator:
-        retriever = RetrieverClient.from_config(cfg.retriever) if cfg.retriever.urls else None
+        live = RetrieverClient.from_config(cfg.retriever) if cfg.retriever.urls else None
+        retriever = search_backend(cfg.rollout, live, cfg.run_dir, f"worker{args.worker_id}")  # record/replay
         try:
             ctx = build_context(cfg.rollout, workflow, generator, tokenizer, retriever, seed=cfg.seed)
             worker = RolloutWorker(

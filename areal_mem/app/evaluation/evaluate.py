@@ -46,11 +46,14 @@ def run_eval(cfg: RunConfig, progress: bool = True) -> Tuple[Dict[str, Any], str
 async def _run(cfg: RunConfig, workflow, tokenizer, tasks, gen_urls, ret_urls, out_dir, progress):
     from retriever.client import RetrieverClient
     from rollout.generator.client import client_from_config
+    from rollout.tools.backend import search_backend
     from rollout.workflows import build_context
 
     async with (
         client_from_config(cfg.generator, gen_urls, tokenizer=tokenizer, generation_only=True) as generator,
-        RetrieverClient.from_config(cfg.retriever, urls=ret_urls) as retriever,
+        search_backend(
+            cfg.rollout, RetrieverClient.from_config(cfg.retriever, urls=ret_urls), cfg.run_dir, "eval"
+        ) as retriever,
     ):
         ctx = build_context(
             cfg.rollout,
