@@ -85,6 +85,7 @@ def _check_arms(result, records, stdout):
             (last["reprefill_tokens"] - first["reprefill_tokens"]) / (last["prefill_tokens"] - first["prefill_tokens"])
         )
         assert 0.0 <= row["gen_reprefill_frac"] <= 1.0
+        assert row["gen_prefix_hit_frac"] == 0.0  # the recipe keeps generator.embedded.prefix_cache_tokens at 0
         assert row["gen_decode_ms_per_row"] == pytest.approx(
             1e3 * (last["decode_s"] - first["decode_s"]) / (last["decode_rows"] - first["decode_rows"])
         )

@@ -84,6 +84,7 @@ class Sample:
     prefill_s: Optional[float] = None
     prefill_tokens: Optional[int] = None
     reprefill_tokens: Optional[int] = None  # of those, prefilled again (after an abort or retract)
+    prefix_hit_tokens: Optional[int] = None  # prompt tokens taken from the prefix cache instead
     decode_s: Optional[float] = None
     decode_rows: Optional[int] = None
     cpu_s: Dict[str, float] = field(default_factory=dict)  # CPU seconds of the arm's live processes, by role
@@ -199,6 +200,7 @@ def _engine_stats(url: str) -> dict:
         "prefill_s",
         "prefill_tokens",
         "reprefill_tokens",
+        "prefix_hit_tokens",
         "decode_s",
         "decode_rows",
     )
@@ -274,6 +276,10 @@ def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
                 redone = last.reprefill_tokens - first.reprefill_tokens
                 out["gen_reprefill_tokens_per_step"] = redone / per_step
                 out["gen_reprefill_frac"] = redone / max(1, last.prefill_tokens - first.prefill_tokens)
+            if last.prefix_hit_tokens is not None and first.prefix_hit_tokens is not None:
+                hit = last.prefix_hit_tokens - first.prefix_hit_tokens
+                prompts = hit + last.prefill_tokens - first.prefill_tokens
+                out["gen_prefix_hit_frac"] = hit / max(1, prompts)  # of the prompt tokens, KV reused
             out["gen_prefill_s_per_step"] = (last.prefill_s - first.prefill_s) / per_step
             out["gen_decode_s_per_step"] = (last.decode_s - first.decode_s) / per_step
             out["gen_decode_ms_per_row"] = (
