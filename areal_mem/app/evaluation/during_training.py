@@ -134,13 +134,16 @@ class Evaluator:
     async def _loop(self, gen_urls: List[str]) -> int:
         from retriever.client import RetrieverClient
         from rollout.generator.client import client_from_config
+        from rollout.tools.backend import search_backend
         from rollout.workflows import build_context
 
         cfg = self.cfg
         priority = None if self.own else cfg.eval.priority
         async with (
             client_from_config(cfg.generator, gen_urls, priority=priority) as generator,
-            RetrieverClient.from_config(cfg.retriever) as retriever,
+            search_backend(
+                cfg.rollout, RetrieverClient.from_config(cfg.retriever), cfg.run_dir, "evaluator"
+            ) as retriever,
         ):
             ctx = build_context(
                 cfg.rollout,
