@@ -141,6 +141,8 @@ class Trainer:
             m["push_s"], m["push_pause_s"], m["push_bytes"] = push.seconds, push.pause_s, float(push.bytes)
             if push.probe_max_diff is not None:
                 m["probe_max_diff"] = push.probe_max_diff
+            if push.verify_s is not None:
+                m["push_verify_s"] = push.verify_s
             if self.leader and self.buffer is not None:
                 self.buffer.set_version(self.state.version)
             handoff_s = self.hand_to_evaluator()

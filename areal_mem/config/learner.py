@@ -39,6 +39,14 @@ class PublisherKind(str, Enum):
     none = "none"  # no generators to update (SFT, offline tests)
 
 
+class VerifyMode(str, Enum):
+    """`learner.publish.verify`: compare the generators' weight fingerprints with the learner's after each push."""
+
+    auto = "auto"  # on where the generators report comparable fingerprints (embedded), off for SGLang
+    on = "on"  # and a generator that cannot report them (SGLang) is an error
+    off = "off"
+
+
 class ResumeMode(str, Enum):
     auto = "auto"  # continue from the latest checkpoint in run_dir if there is one
     never = "never"
@@ -73,6 +81,10 @@ class PublishConfig:
     keep_weights: int = 2  # disk: how many pushed checkpoints to keep
     probe_check: bool = False  # after a push, compare the generator's log-probs on a probe
     probe_tolerance: float = 1e-4
+    # After every push (and re-delivery) each generator reports a fingerprint of every tensor it
+    # serves (/weights_checker); one that differs from the learner's is a WeightMismatch naming
+    # the generator and the tensors (docs/learner.md "Verified pushes": cost per push measured).
+    verify: VerifyMode = VerifyMode.auto
     # Surviving generator restarts: the publisher keeps a host copy of the weights it last pushed
     # (distributed publisher: one model's size in CPU memory), checks the generators every
     # heal_interval_s and pushes that copy into one that came back (or failed a push) once it is

@@ -8,11 +8,19 @@ from typing import Optional
 from areal_mem.config.learner import PublishConfig, PublisherKind
 
 from ..generator_admin import GeneratorAdmin
-from .base import ProbeMismatch, PushResult, WeightPublisher
+from .base import ProbeMismatch, PushResult, WeightMismatch, WeightPublisher
 from .disk import DiskPublisher
 from .distributed import DistributedPublisher
 
-__all__ = ["DiskPublisher", "DistributedPublisher", "ProbeMismatch", "PushResult", "WeightPublisher", "make_publisher"]
+__all__ = [
+    "DiskPublisher",
+    "DistributedPublisher",
+    "ProbeMismatch",
+    "PushResult",
+    "WeightMismatch",
+    "WeightPublisher",
+    "make_publisher",
+]
 
 
 def make_publisher(cfg: PublishConfig, engine, client: Optional[GeneratorAdmin], run_dir: str):

@@ -11,6 +11,14 @@ pushes a watcher thread on rank 0 asks every generator for `/model_info` each
 `heal_interval_s`; one that was unreachable and is back (seen on two checks in a row,
 so the launcher has paused it first), or that reports another weight version than the
 last push, gets the last pushed weights the same way, and is then continued.
+
+Verified pushes (`verify`): before the first push rank 0 asks every generator once for its
+`/weights_checker` fingerprints, to learn which dtype it serves each tensor in; each push then
+fingerprints what it sends in that dtype (`areal_mem.weight_fingerprint`; the subclasses say
+where: per bucket on the device, or from the checkpoint written), and after the push (and after
+every re-delivery), while generation is still paused, every generator's fingerprints must equal
+them: a difference, a tensor missing there or one it serves that was not pushed is a
+`WeightMismatch` naming the generator and the tensors, never a silent success.
 """
 
 from __future__ import annotations
@@ -20,10 +28,13 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Awaitable, Dict, List, Optional
+from typing import Awaitable, Dict, Iterable, List, Optional, Set, Tuple
 
-from areal_mem.config.learner import PublishConfig
+import torch
+
+from areal_mem.config.learner import PublishConfig, VerifyMode
 from areal_mem.generation import GeneratorError, SamplingParams
+from areal_mem.weight_fingerprint import fingerprint_items, served_dtype
 
 from ..async_bridge import LoopThread
 from ..batch import TrainRow, broadcast_rows
@@ -36,6 +47,14 @@ class ProbeMismatch(RuntimeError):
     """After a push the generator's log-probs differ from the learner's: the weights did not land."""
 
 
+class WeightMismatch(RuntimeError):
+    """After a push a generator serves other weights than the learner pushed (names the tensors)."""
+
+
+# name -> {dtype the generators serve it in: fingerprint of the pushed tensor cast to it}
+Expected = Dict[str, Dict[str, str]]
+
+
 @dataclass
 class PushResult:
     version: int
@@ -44,6 +63,7 @@ class PushResult:
     transfer_s: float = 0.0
     bytes: int = 0
     probe_max_diff: Optional[float] = None
+    verify_s: Optional[float] = None  # fingerprints on the learner + the generators' check; None: not verified
     extra: Dict[str, float] = field(default_factory=dict)
 
 
@@ -60,6 +80,13 @@ class WeightPublisher(ABC):
         self._lock = threading.RLock()  # a push and the watcher never overlap
         self._stop = threading.Event()
         self._watcher: Optional[threading.Thread] = None
+        # verified pushes (rank 0): name -> dtypes the generators serve it in (None: not asked yet),
+        # the fingerprints of the last push, and seconds spent on them during the push
+        self.verify = cfg.verify != VerifyMode.off
+        self.served: Optional[Dict[str, Set[torch.dtype]]] = None
+        self.expected: Optional[Expected] = None
+        self.fingerprint_s = 0.0
+        self.failure: Optional[WeightMismatch] = None  # found by the watcher; raised by the next push
 
     def setup(self) -> None:
         """Once before the first push: continue generators that a dead learner left paused
@@ -77,13 +104,28 @@ class WeightPublisher(ABC):
         On rank 0, skip the delivery while `self.broken` and set it when a delivery fails."""
 
     def _redeliver(self) -> None:
-        """Rank 0: deliver the last pushed weights again (all generators are up and paused)."""
+        """Rank 0: deliver the last pushed weights again (all generators are up and paused).
+        With `verify` on, `_pushed_fingerprints` must then know their fingerprints."""
         raise NotImplementedError(f"{type(self).__name__} cannot re-deliver weights")
+
+    def _pushed_fingerprints(self) -> Optional[Expected]:
+        """Rank 0: the fingerprints of the last pushed weights in the served dtypes (None: none known)."""
+        return self.expected
 
     def publish(self, version: int) -> PushResult:
         with self._lock:
+            if self.failure is not None:
+                raise self.failure
             t0 = time.monotonic()
             result = PushResult(version, 0.0)
+            if (
+                self.io is not None
+                and self.verify
+                and self.served is None
+                and not self._try(self._ask_served_dtypes(), "asking for weight fingerprints")
+            ):
+                self.broken = True  # a generator is unreachable: the push heals (and verifies) or fails
+            self.expected, self.fingerprint_s = None, 0.0
             if self.io is not None and not self._try(self.client.pause(self.cfg.pause_mode), "pause"):
                 self.broken = True
             result.pause_s = time.monotonic() - t0
@@ -91,13 +133,16 @@ class WeightPublisher(ABC):
                 t1 = time.monotonic()
                 self._push(version, result)
                 result.transfer_s = time.monotonic() - t1
+                if self.io is not None and self.verify and not self.broken:
+                    check_s = self._check(version)
+                    result.verify_s = self.fingerprint_s + check_s
             finally:
                 if self.io is not None and not self._try(self.client.continue_generation(), "continue"):
                     self.broken = True
             if self.io is not None and self.broken:
                 if not self.cfg.heal:
                     raise RuntimeError(f"weight push {version} failed on a generator (learner.publish.heal is off)")
-                self._recover()
+                self._recover(version)
                 result.extra["healed"] = 1.0
             if self.io is not None:
                 self.pushed_version = version
@@ -105,6 +150,63 @@ class WeightPublisher(ABC):
             result.probe_max_diff = self.probe()
         result.seconds = time.monotonic() - t0
         return result
+
+    # ---- verified pushes (rank 0) ----
+    async def _ask_served_dtypes(self) -> None:
+        """Learn the dtype each generator serves each tensor in, from one `/weights_checker` call.
+        A generator whose checksums are not fingerprints (SGLang's own) turns verify off under
+        `auto` and is an error under `on`. Raises GeneratorError when a generator does not answer."""
+        answers = await self.client.weight_checksums()
+        served: Dict[str, Set[torch.dtype]] = {}
+        for url, sums in answers.items():
+            for name, fp in sums.items():
+                try:
+                    served.setdefault(name, set()).add(served_dtype(fp))
+                except ValueError as e:
+                    why = (
+                        f"{url}/weights_checker does not report weight fingerprints the learner can reproduce "
+                        f"({e}); SGLang hashes its own fused tensors (qkv_proj, gate_up_proj)"
+                    )
+                    if self.cfg.verify == VerifyMode.on:
+                        raise RuntimeError(f"learner.publish.verify=on: {why}; set it to auto or off") from None
+                    log.warning("weight publisher: pushes are not verified (learner.publish.verify=auto): %s", why)
+                    self.verify = False
+                    return
+        self.served = served
+
+    def _fingerprint(self, named: Iterable[Tuple[str, torch.Tensor]]) -> Expected:
+        """The fingerprints of `named` in every dtype the generators serve each tensor in (its own
+        dtype for a tensor they do not serve: the check then names it), one tensor at a time."""
+        t0 = time.monotonic()
+        out: Expected = {}
+        items = ((n, t, d) for n, t in named for d in (self.served.get(n) or {t.dtype}))
+        for name, fp in fingerprint_items(items):
+            out.setdefault(name, {})[fp.partition(":")[0]] = fp
+        self.fingerprint_s += time.monotonic() - t0
+        return out
+
+    def _check(self, version: int) -> float:
+        """Every generator's fingerprints against the pushed ones (generation paused); the seconds
+        the generators took to answer and the comparison.
+        Raises WeightMismatch naming the generator and the first differing, missing and extra tensors."""
+        expected = self._pushed_fingerprints()  # its time counts in fingerprint_s
+        t0 = time.monotonic()
+        if expected is None:  # the generators' dtypes were unknown when these weights were pushed
+            raise WeightMismatch(f"weight push {version}: no fingerprints of the pushed weights to verify against")
+        for url, sums in self.io.run(self.client.weight_checksums()).items():
+            differ = [n for n, fp in sums.items() if n in expected and expected[n].get(fp.partition(":")[0]) != fp]
+            missing = [n for n in expected if n not in sums]
+            extra = [n for n in sums if n not in expected]
+            if differ or missing or extra:
+                raise WeightMismatch(
+                    f"generator {url} does not serve the weights of push {version}: "
+                    + "; ".join(
+                        f"{what} {len(names)} tensor(s): {', '.join(names[:5])}{', ...' if len(names) > 5 else ''}"
+                        for what, names in (("differ in", differ), ("missing there", missing), ("not pushed", extra))
+                        if names
+                    )
+                )
+        return time.monotonic() - t0
 
     # ---- generator restarts (rank 0) ----
     def _try(self, coro: Awaitable, what: str) -> bool:
@@ -115,7 +217,7 @@ class WeightPublisher(ABC):
             log.warning("weight publisher: %s failed: %s", what, e)
             return False
 
-    def _recover(self) -> None:
+    def _recover(self, version: int) -> None:
         """Wait until every generator answers, then pause, re-deliver, continue; retried until
         `restart_timeout_s` has passed (then the error names the generators)."""
         deadline = time.monotonic() + self.cfg.restart_timeout_s
@@ -133,13 +235,19 @@ class WeightPublisher(ABC):
                     raise GeneratorError(f"generator(s) {down} not answering")
                 self.io.run(self.client.pause(self.cfg.pause_mode))
                 try:
+                    if self.verify and self.served is None:
+                        self.io.run(self._ask_served_dtypes())
                     self._redeliver()
+                    if self.verify:
+                        self._check(version)
                 finally:
                     self.io.run(self.client.continue_generation())
                 self.broken = False
                 self.heals += 1
                 log.warning("weight publisher: generators %s hold the last pushed weights again", list(health))
                 return
+            except WeightMismatch:
+                raise
             except (GeneratorError, RuntimeError) as e:
                 if time.monotonic() > deadline:
                     raise RuntimeError(
@@ -168,7 +276,11 @@ class WeightPublisher(ABC):
                     continue
                 back_once = False
                 try:
-                    self._recover()
+                    self._recover(self.pushed_version)
+                except WeightMismatch as e:
+                    log.error("%s", e)
+                    self.failure = e  # the next push raises it
+                    return
                 except RuntimeError as e:
                     log.error("%s", e)
 

@@ -1,16 +1,24 @@
 """Push weights through the file system: an HF safetensors checkpoint per version in the run
-dir, loaded by every generator with `/update_weights_from_disk`; old versions removed."""
+dir, loaded by every generator with `/update_weights_from_disk`; old versions removed.
+
+With verify on, the learner's own weights are fingerprinted on their device after the export
+(every rank iterates them again: under ZeRO-3 that is a second gather per push), so a checkpoint
+damaged between writing and loading is caught too. Only when the generators' dtypes were unknown
+at the push (unreachable before it) is the checkpoint itself fingerprinted, on re-delivery."""
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 from typing import List, Optional, Tuple
 
-from areal_mem.config.learner import PublishConfig
+from safetensors.torch import load_file
+
+from areal_mem.config.learner import PublishConfig, VerifyMode
 
 from ..generator_admin import GeneratorAdmin
-from .base import PushResult, WeightPublisher
+from .base import Expected, PushResult, WeightPublisher
 
 
 def pushed_versions(weights_dir: str) -> List[Tuple[int, str]]:
@@ -36,6 +44,13 @@ class DiskPublisher(WeightPublisher):
     def _push(self, version: int, result: PushResult) -> None:
         path = self.path(version)
         self.engine.export_hf(path)  # every rank: ZeRO-3 gathers; rank 0 writes
+        if self.cfg.verify != VerifyMode.off:  # every rank takes part (a ZeRO-3 gather), rank 0 hashes
+            named = self.engine.named_weights()
+            if self.leader and self.verify and self.served is not None:
+                self.expected = self._fingerprint(named)
+            else:
+                for _ in named:
+                    pass
         if not self.leader:
             return
         result.bytes = sum(
@@ -47,6 +62,12 @@ class DiskPublisher(WeightPublisher):
                 self.client.update_weights_from_disk(*self.last[::-1]), f"update_weights_from_disk v{version}"
             )
         self._clean()
+
+    def _pushed_fingerprints(self) -> Optional[Expected]:
+        if self.expected is None and self.last is not None and self.served is not None:
+            files = sorted(glob.glob(os.path.join(glob.escape(self.last[1]), "*.safetensors")))
+            self.expected = self._fingerprint((n, t) for f in files for n, t in load_file(f).items())
+        return self.expected
 
     def _redeliver(self) -> None:
         if self.last is not None:

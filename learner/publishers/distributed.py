@@ -3,7 +3,9 @@
 Rank 0 of the learner is rank 0 of a separate weight group whose other members
 are the generator servers (areal_mem.weight_transport does the group and the
 broadcast). Each bucket is announced with `/update_weights_from_distributed`
-while rank 0 broadcasts its tensors in the announced order.
+while rank 0 broadcasts its tensors in the announced order. With verify on, each bucket
+is fingerprinted while it is on the device, right after its broadcast (a ZeRO-3 tensor is
+gathered only for its bucket, so it is never read twice).
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class DistributedPublisher(WeightPublisher):
                 log.warning("weight group: %s", e)
                 self.broken = True
         copy = []
+        if self.served is not None:
+            self.expected = {}
         for n, bucket in enumerate(iter_buckets(named, self.bucket_bytes)):
             if self.cfg.heal:  # on the host: a restarted generator gets exactly these weights
                 copy.append([(name, t.detach().to("cpu", copy=True)) for name, t in bucket])
@@ -78,6 +82,8 @@ class DistributedPublisher(WeightPublisher):
                 except RuntimeError as e:  # GeneratorError, or the group lost a member
                     log.warning("weight push %d failed: %s", version, str(e).splitlines()[0])
                     self.broken = True
+            if self.expected is not None:
+                self.expected.update(self._fingerprint(bucket))
             result.bytes += sum(t.numel() * t.element_size() for _, t in bucket)
             result.extra["buckets"] = n + 1
         if self.cfg.heal:
@@ -94,6 +100,13 @@ class DistributedPublisher(WeightPublisher):
             fut.cancel()
             raise
         fut.result()
+
+    def _pushed_fingerprints(self):
+        """Fingerprinted per bucket during the push; from the host copy when the generators' dtypes
+        were learnt only after it (they were unreachable before it)."""
+        if self.expected is None and self.copy is not None and self.served is not None:
+            self.expected = self._fingerprint(t for bucket in self.copy[1] for t in bucket)
+        return self.expected
 
     def _redeliver(self) -> None:
         """A new group with every generator (a restarted one lost the old group), then the copy."""

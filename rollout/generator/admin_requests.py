@@ -77,6 +77,15 @@ class Abort(_Body):
     weight_versions: Optional[List[Dict[str, Any]]] = None
 
 
+class CheckWeights(_Body):
+    """`/weights_checker`: the embedded server answers `checksum` with `areal_mem.weight_fingerprint`."""
+
+    action: str = "checksum"
+    allow_quant_error: bool = False
+    skip_tensor_list: Optional[List[str]] = None  # substrings of tensor names to leave out
+    selector: Literal["target", "draft", "all"] = "all"
+
+
 # Fields the embedded server accepts only at these values. flush_cache and torch_empty_cache
 # are honoured trivially (no cache outlives a weight change; no CUDA cache to empty on CPU);
 # `selector: all` (no draft model); load formats: what the route reads.
@@ -91,6 +100,9 @@ NOT_IMPLEMENTED: Dict[type, Dict[str, tuple]] = {
         "manifest": (None,),
     },
     Abort: {"finished_reason": (None,), "weight_versions": (None,)},
+    # snapshot / reset_tensors / compare keep copies on the server: the learner compares instead;
+    # no quantised weights (allow_quant_error) and no draft model (selector: draft)
+    CheckWeights: {"action": ("checksum",), "allow_quant_error": (False,), "selector": ("all", "target")},
 }
 
 M = TypeVar("M", bound=_Body)

@@ -364,6 +364,21 @@ class GeneratorClient(PooledSession):
     async def weight_versions(self) -> Dict[str, int]:
         return {u: parse_version(i.get("weight_version")) for u, i in (await self.model_info()).items()}
 
+    async def weight_checksums(self) -> Dict[str, Dict[str, str]]:
+        """url -> {tensor name: checksum} from SGLang's `/weights_checker` (action `checksum`), the
+        ranks of one server merged. The embedded server's checksums are `areal_mem.weight_fingerprint`s."""
+        answers = await self._all("POST", "/weights_checker", {"action": "checksum"})
+        self._check_success("/weights_checker", answers, self.urls)
+        out: Dict[str, Dict[str, str]] = {}
+        for url, a in zip(self.urls, answers):
+            ranks = a.get("ranks")
+            if not isinstance(ranks, list) or not all(
+                isinstance(r, dict) and isinstance(r.get("checksums"), dict) for r in ranks
+            ):
+                raise GeneratorError(f"{url}/weights_checker: no ranks[].checksums in the answer", 0, url)
+            out[url] = {n: str(c) for r in ranks for n, c in r["checksums"].items()}
+        return out
+
     async def health(self) -> Dict[str, bool]:
         """url -> healthy; a healthy answer also ends a server's cool-down."""
 

@@ -137,6 +137,7 @@ MODELS = {
     "UpdateWeightVersionReqInput": admin_requests.UpdateWeightVersion,
     "PauseGenerationReqInput": admin_requests.PauseGeneration,
     "AbortReq": admin_requests.Abort,
+    "CheckWeightsReqInput": admin_requests.CheckWeights,
 }
 
 

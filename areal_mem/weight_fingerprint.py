@@ -1,0 +1,104 @@
+"""A cheap, exact fingerprint of a weight tensor that the learner and a generator both compute.
+
+After a push the learner compares, tensor by tensor, the fingerprint of what it pushed with the
+one each generator reports for what it now serves (`/weights_checker`). Both sides must get
+bit-identical values although they hash on different devices (a learner GPU and a generator
+GPU, or two CPUs), with different kernels and reduction orders. Floating-point sums are not
+order-independent, so the fingerprint is integer arithmetic on the raw bits:
+
+- the tensor, cast to the dtype the generator serves (a learner training in fp32 casts its copy
+  to the generator's bf16 exactly as the generator's own load does), is viewed as integers of
+  its element size (int16 for bf16/fp16, int32 for fp32) without a copy;
+- with `i` the flat position and `x_i` those integers, it is `s0 = sum(x_i)` (exact in int64:
+  one changed element always changes it) and `s1 = sum((i + 1) * x_i) mod P` with the prime
+  `P = 2**31 - 1` (elements swapped at positions i, j change it by `(x_i - x_j)(i - j) mod P`,
+  never zero for bf16 and for fp32 unless the bits differ by a multiple of P).
+
+Each chunk of the tensor is one float64 matrix product: the bits as a `[rows, COLS]` matrix times
+the two columns `(1, c + 1)`. Every product and partial sum is an integer below 2**53, so the
+float64 arithmetic is exact whatever the order, FMA or blocking of the BLAS; what is left (one
+pair per row, 1/1024 of the data) is combined in int64 modulo P. So the cost is one cast into a
+reused buffer and one read of the tensor on its own device, and one host transfer per call of
+`fingerprints`; no custom kernel, so it runs wherever torch does.
+
+A fingerprint is `"<dtype>:<s0 as 16 hex><s1 as 8 hex>"`: the dtype tells the learner which
+cast to hash (and marks the scheme: SGLang's own `/weights_checker` answers bare sha256 hex
+over its fused tensors, which no learner can reproduce).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+from areal_mem.weight_transport import dtype_name, parse_dtype
+
+P = 2**31 - 1
+COLS = 1024  # row length of the matrix view: keeps every float64 partial sum below 2**53
+# rows per matrix product: on a CPU a 2 MiB float64 chunk stays in cache; on a GPU 128 MiB
+# chunks keep the kernel launches few (a 3B model is ~3G elements)
+CHUNK_ROWS = {"cpu": 256}
+GPU_CHUNK_ROWS = 16384
+_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32}
+
+
+def _sums(t: torch.Tensor) -> torch.Tensor:
+    """`[s0, s1]` of `t` as an int64 tensor on `t`'s device (no host sync)."""
+    bits_dtype = _BITS.get(t.element_size())
+    if bits_dtype is None:
+        raise ValueError(f"cannot fingerprint {t.dtype} tensors (elements of 1, 2 or 4 bytes only)")
+    bits = t.detach().contiguous().view(-1).view(bits_dtype)
+    dev, n = t.device, bits.numel()
+    f64 = dict(dtype=torch.float64, device=dev)
+    weights = torch.stack([torch.ones(COLS, **f64), torch.arange(1, COLS + 1, **f64)], dim=1)
+    rows, tail = divmod(n, COLS)
+    step = CHUNK_ROWS.get(dev.type, GPU_CHUNK_ROWS)
+    buf = torch.empty(min(rows, step) * COLS or tail, **f64)  # reused: no allocation per chunk
+    out = torch.empty(rows + (tail > 0), 2, **f64)  # per row of COLS elements: [sum, weighted sum]
+    for r0 in range(0, rows, step):
+        r = min(step, rows - r0)
+        buf[: r * COLS].copy_(bits[r0 * COLS : (r0 + r) * COLS])
+        torch.mm(buf[: r * COLS].view(r, COLS), weights, out=out[r0 : r0 + r])
+    if tail:
+        buf[:tail].copy_(bits[rows * COLS :])
+        torch.mm(buf[:tail].view(1, tail), weights[:tail], out=out[rows:])
+    sums = out.to(torch.int64)  # exact: every entry is an integer below 2**53
+    first = COLS * torch.arange(sums.shape[0], dtype=torch.int64, device=dev)  # position of each row's start
+    # sum over a row of (first + c + 1) * x_c = first * rowsum + weighted rowsum, taken mod P
+    s1 = ((first % P) * (sums[:, 0] % P) % P + sums[:, 1] % P).sum() % P
+    return torch.stack([sums[:, 0].sum(), s1])
+
+
+def fingerprint(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> str:
+    """The fingerprint of `t`, cast to `dtype` first when given (the dtype the generator serves)."""
+    return fingerprint_items([("", t, dtype or t.dtype)])[0][1]
+
+
+def fingerprints(
+    named: Iterable[Tuple[str, torch.Tensor]], dtypes: Optional[Dict[str, torch.dtype]] = None
+) -> Dict[str, str]:
+    """name -> fingerprint of each tensor, cast to `dtypes[name]` where given."""
+    return dict(fingerprint_items((n, t, (dtypes or {}).get(n, t.dtype)) for n, t in named))
+
+
+def fingerprint_items(items: Iterable[Tuple[str, torch.Tensor, torch.dtype]]) -> List[Tuple[str, str]]:
+    """(name, fingerprint of the tensor cast to dtype) for each (name, tensor, dtype), in order.
+    Streams: a tensor is not kept after its turn (ZeRO-3 gathers one at a time); one host transfer."""
+    names, sums = [], []
+    for name, t, dtype in items:
+        names.append((name, dtype_name(dtype)))
+        sums.append(_sums(t.detach().to(dtype)))
+    if not sums:
+        return []
+    values = torch.stack([s.to(sums[0].device) for s in sums]).cpu().tolist()
+    return [(n, f"{label}:{s0 & (2**64 - 1):016x}{s1:08x}") for (n, label), (s0, s1) in zip(names, values)]
+
+
+def served_dtype(fp: str) -> torch.dtype:
+    """The dtype a fingerprint was computed in; ValueError if `fp` is not a fingerprint of this module
+    (e.g. SGLang's own checksum)."""
+    label, sep, digits = fp.partition(":")
+    if not sep or len(digits) != 24 or any(c not in "0123456789abcdef" for c in digits):
+        raise ValueError(f"{fp[:70]!r} is not an areal-mem weight fingerprint ('<dtype>:<24 hex digits>')")
+    return parse_dtype(label)
