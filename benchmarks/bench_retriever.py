@@ -1,7 +1,9 @@
-"""Retrieval service: micro-batched against one-query-at-a-time, measured side by side in one run.
+"""Retrieval service: micro-batched against one-query-at-a-time, measured side by side in one run;
+with `--cache-size`, the query cache on against off on a rollout-shaped query stream.
 
     .venv/bin/python benchmarks/bench_retriever.py                      # 100k-passage world
     .venv/bin/python benchmarks/bench_retriever.py --dense-passages 5000  # smaller dense index
+    .venv/bin/python benchmarks/bench_retriever.py --cache-size 10000 --skip-batching --replay
 
 Builds a synthetic world, a BM25 index of the whole corpus and a dense (MiniLM, faiss Flat)
 index of its first `--dense-passages` passages (timing both builds), then serves each index
@@ -9,6 +11,15 @@ from two real subprocesses on 127.0.0.1: `max_batch_size=64` (micro-batched) and
 `max_batch_size=1` (one query at a time, the global-lock design). At every concurrency level
 both are driven back to back over HTTP `/search` with the world's question texts; the table
 gives queries/s, p50/p99 latency and the micro-batched/one-at-a-time QPS ratio.
+
+The cache table drives both servers (`retriever.cache_size` 0 and N) with the same stream of
+episodes shaped like a MemSearcher rollout: G episodes per training question (a group), each
+searching the titles of its question's supporting passages in order, a wrong title instead with
+`--mistake-rate`, `--epochs` passes over the questions; `--concurrency` episodes in flight, a
+group's episodes side by side. It gives the hit rate the service reports and the per-query
+latency the clients see. `--replay` times the same searches one at a time through the
+rollout's search backends: live (the retriever client, cache off), live while recording a tape
+(`rollout.record_tools`), and replayed from that tape (`rollout.replay_tools`, no service).
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import tempfile
 import time
 from typing import Dict, List
@@ -26,11 +38,13 @@ import numpy as np
 
 from areal_mem.app.world import build_world
 from areal_mem.config.retriever import Dtype, RetrieverConfig
+from areal_mem.data import read_tasks
 from retriever.build import build_index
 from retriever.encoder import set_threads
 from retriever.index import load_index
 from retriever.launch import start_retriever
 from retriever.manifest import Manifest
+from rollout.oracle import corpus_titles
 
 
 def parse_args() -> argparse.Namespace:
@@ -47,6 +61,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workdir", default="", help="reuse worlds/indexes here (default: a temp folder)")
     p.add_argument("--reuse-indexes", action="store_true", help="keep indexes already in --workdir")
     p.add_argument("--json", default="", help="also write the results here")
+    p.add_argument("--skip-batching", action="store_true", help="no micro-batched vs one-at-a-time table")
+    p.add_argument("--cache-size", type=int, default=0, help="measure the query cache at this size (0: not)")
+    p.add_argument("--stream-questions", type=int, default=200, help="training questions in the cache stream")
+    p.add_argument("--group-size", type=int, default=5, help="episodes per question in the cache stream")
+    p.add_argument("--epochs", type=int, default=2, help="passes over the questions in the cache stream")
+    p.add_argument("--mistake-rate", type=float, default=0.3, help="share of searches for a wrong title")
+    p.add_argument("--replay", action="store_true", help="time the stream's searches live, recorded, replayed")
     return p.parse_args()
 
 
@@ -81,6 +102,92 @@ async def drive(url: str, queries: List[str], n: int, concurrency: int) -> Dict[
     return {"qps": n / wall, "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
 
 
+def rollout_stream(world: str, args: argparse.Namespace) -> List[List[str]]:
+    """The query lists of the episodes of a rollout, in the order their groups start."""
+    titles = corpus_titles(os.path.join(world, "corpus.jsonl"))
+    every = sorted(set(titles.values()))
+    tasks = read_tasks(os.path.join(world, "train.jsonl"))[: args.stream_questions]
+    rng = random.Random(0)
+    episodes = []
+    for _ in range(args.epochs):
+        for task in rng.sample(tasks, len(tasks)):
+            plan = [titles[pid] for pid in task.metadata["supporting_ids"]]
+            for _ in range(args.group_size):
+                episodes.append([rng.choice(every) if rng.random() < args.mistake_rate else t for t in plan])
+    return episodes
+
+
+async def drive_episodes(url: str, episodes: List[List[str]], concurrency: int) -> Dict[str, float]:
+    """`concurrency` episodes in flight, each sending its searches one after another."""
+    latencies: List[float] = []
+    todo = iter(episodes)
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        for queries in todo:
+            for q in queries:
+                start = time.perf_counter()
+                async with session.post(url + "/search", json={"query": q, "top_n": 5}) as r:
+                    assert r.status == 200, await r.text()
+                    await r.read()
+                latencies.append(time.perf_counter() - start)
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    ms = np.array(latencies) * 1000
+    return {
+        "queries": len(latencies),
+        "qps": len(latencies) / wall,
+        "mean_ms": float(ms.mean()),
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+    }
+
+
+def bench_cache(kind: str, index_dir: str, episodes: List[List[str]], args: argparse.Namespace) -> List[dict]:
+    """The same stream through the service with the cache off and on, at each concurrency."""
+    rows = []
+    for c in args.concurrency:
+        for size in (0, args.cache_size):  # a fresh server per cell: every cell starts cold
+            overrides = [f"retriever.cache_size={size}", f"retriever.threads={args.threads}"]
+            with start_retriever(index_dir, overrides=overrides + [f"retriever.encoder.dtype={args.dtype}"]) as server:
+                cell = asyncio.run(drive_episodes(server.url, episodes, c))
+                health = server.health()
+            cache = health["cache"] or {"hit_rate": 0.0}
+            rows.append({"kind": kind, "concurrency": c, "cache_size": size, **cell, "hit_rate": cache["hit_rate"]})
+            rows[-1]["searched"] = health["queries"]
+            print(f"{kind} cache={size} c={c}: {cell['qps']:.1f} q/s, hit rate {cache['hit_rate']:.3f}", flush=True)
+    return rows
+
+
+def bench_replay(kind: str, index_dir: str, stream: List[List[str]], args: argparse.Namespace) -> dict:
+    from retriever.client import RetrieverClient
+    from rollout.tools.recorder import RecordingBackend
+    from rollout.tools.replayer import ReplayBackend
+
+    queries = [q for episode in stream for q in episode]
+    tape = os.path.join(tempfile.mkdtemp(prefix="bench-tape-"), "bench.jsonl")
+
+    async def per_search(backend) -> float:
+        start = time.perf_counter()
+        for q in queries:
+            await backend.search(q, 5)
+        return (time.perf_counter() - start) / len(queries) * 1000
+
+    async def live_and_recorded(url: str):
+        async with RetrieverClient(url) as client, RecordingBackend(RetrieverClient(url), tape) as recorder:
+            return await per_search(client), await per_search(recorder)
+
+    with start_retriever(index_dir, overrides=[f"retriever.threads={args.threads}"]) as server:
+        live, recorded = asyncio.run(live_and_recorded(server.url))
+    replayed = asyncio.run(per_search(ReplayBackend([tape])))
+    row = {"kind": kind, "searches": len(queries), "live_ms": live, "recording_ms": recorded, "replay_ms": replayed}
+    row["tape_bytes_per_search"] = os.path.getsize(tape) / len(queries)
+    print(f"{kind} replay: live {live:.3f} ms, recording {recorded:.3f} ms, replay {replayed:.4f} ms", flush=True)
+    return row
+
+
 def search_cost(index_dir: str, queries: List[str], dtype: str) -> Dict[str, float]:
     """In-process ms per query of `Index.search`, alone and in one batch: the ceiling of the ratio."""
     index = load_index(index_dir, dtype=dtype)
@@ -110,7 +217,9 @@ def main() -> None:
         with open(os.path.join(world, f"{split}.jsonl")) as f:
             queries += [json.loads(line)["question"] for line in f]
 
-    builds, serving, compute = [], [], []
+    builds, serving, compute, cached = [], [], [], []
+    replays: List[dict] = []
+    stream = rollout_stream(world, args) if args.cache_size or args.replay else []
     cfg = RetrieverConfig()
     cfg.encoder.dtype = Dtype(args.dtype)
     for kind in args.kinds:
@@ -126,6 +235,12 @@ def main() -> None:
             {"kind": kind, "passages": m.count, "seconds": m.build_seconds, "passages_per_s": m.count / m.build_seconds}
         )
 
+        if args.cache_size:
+            cached += bench_cache(kind, index_dir, stream, args)
+        if args.replay:
+            replays.append(bench_replay(kind, index_dir, stream, args))
+        if args.skip_batching:
+            continue
         modes = {"micro-batched": args.max_batch_size, "one-at-a-time": 1}
         servers = {}
         try:
@@ -153,6 +268,19 @@ def main() -> None:
     print("| index | passages | seconds | passages/s |\n| --- | ---: | ---: | ---: |")
     for b in builds:
         print(f"| {b['kind']} | {b['passages']} | {b['seconds']:.1f} | {b['passages_per_s']:.0f} |")
+    if cached:
+        print_cache_table(cached, stream, args)
+    if replays:
+        print("\nOne search at a time through the rollout's search backend, top_n=5 (ms per search)\n")
+        print("| index | searches | live | live, recording | replayed | live/replayed | tape bytes/search |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in replays:
+            print(
+                f"| {r['kind']} | {r['searches']} | {r['live_ms']:.3f} | {r['recording_ms']:.3f} | "
+                f"{r['replay_ms']:.4f} | {r['live_ms'] / r['replay_ms']:.0f}x | {r['tape_bytes_per_search']:.0f} |"
+            )
+    if args.skip_batching:
+        return write_json(args, builds=builds, cache=cached, replay=replays)
     print(
         f"\nServing /search top_n=5 over HTTP, {args.requests} requests per cell "
         f"(max_batch_size {args.max_batch_size}, window {args.window_ms} ms)\n"
@@ -177,9 +305,33 @@ def main() -> None:
             f"| {c['kind']} | {c['docs']} | {c['alone_ms']:.2f} | {c['batched_ms']:.2f} | "
             f"{c['alone_ms'] / c['batched_ms']:.2f}x |"
         )
+    write_json(args, builds=builds, serving=serving, compute=compute, cache=cached, replay=replays)
+
+
+def print_cache_table(rows: List[dict], stream: List[List[str]], args: argparse.Namespace) -> None:
+    print(
+        f"\nQuery cache (retriever.cache_size {args.cache_size}) on a rollout-shaped stream: "
+        f"{args.stream_questions} questions x {args.group_size} episodes x {args.epochs} epochs, "
+        f"{sum(map(len, stream))} searches ({len({q for e in stream for q in e})} distinct), "
+        f"mistake rate {args.mistake_rate}\n"
+    )
+    print("| index | concurrency | cache | hit rate | searched | QPS | mean ms | p50 ms | p99 ms | speed-up |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        off = next(
+            x for x in rows if (x["kind"], x["concurrency"], x["cache_size"]) == (r["kind"], r["concurrency"], 0)
+        )
+        print(
+            f"| {r['kind']} | {r['concurrency']} | {r['cache_size'] or 'off'} | {r['hit_rate']:.3f} | {r['searched']} | "
+            f"{r['qps']:.1f} | {r['mean_ms']:.2f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+            f"{r['qps'] / off['qps']:.2f}x |"
+        )
+
+
+def write_json(args: argparse.Namespace, **results) -> None:
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"builds": builds, "serving": serving, "compute": compute, "args": vars(args)}, f, indent=1)
+            json.dump({**results, "args": vars(args)}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -263,3 +263,32 @@ def test_eval_records_then_replays_with_the_retriever_down(
 
     assert results("rep") == results("rec")
     assert not (tmp_path / "rep" / "tools").exists()
+
+
+def test_which_backend_the_config_gives(tmp_path):
+    from areal_mem.config import ConfigError
+    from areal_mem.config.rollout import RolloutConfig
+    from rollout.tools.backend import record_path, search_backend
+
+    assert [record_path(s, "run", "worker1") for s in ("", "False", "true", "out", "out/x.jsonl")] == [
+        "",
+        "",
+        "run/tools/worker1.jsonl",
+        "out/worker1.jsonl",
+        "out/x.jsonl",
+    ]
+    tape = tmp_path / "a.jsonl"
+    tape.write_text(json.dumps(GOOD) + "\n")
+    assert search_backend(RolloutConfig(), None, str(tmp_path), "eval") is None
+    backend = search_backend(
+        RolloutConfig(record_tools="true", replay_tools=[str(tape)]), None, str(tmp_path), "worker0"
+    )
+    assert isinstance(backend, RecordingBackend) and isinstance(backend.inner, ReplayBackend)
+    assert _search_all(backend, [("q", 1)]) == [GOOD["docs"]]
+    asyncio.run(backend.close())
+    (line,) = (tmp_path / "tools" / "worker0.jsonl").read_text().splitlines()
+    assert json.loads(line)["index_checksum"] == "sha256:a"  # recording a replay keeps naming its index
+    with pytest.raises(ConfigError, match="rollout.record_tools needs a retriever"):
+        search_backend(RolloutConfig(record_tools="true"), None, str(tmp_path), "eval")
+    with pytest.raises(ConfigError, match="rollout.replay_fallback needs a retriever"):
+        search_backend(RolloutConfig(replay_tools=[str(tape)], replay_fallback=True), None, str(tmp_path), "eval")
