@@ -81,11 +81,12 @@ class WeightPublisher(ABC):
         self._stop = threading.Event()
         self._watcher: Optional[threading.Thread] = None
         # verified pushes (rank 0): name -> dtypes the generators serve it in (None: not asked yet),
-        # the fingerprints of the last push, and seconds spent on them during the push
+        # the fingerprints of the last push, and the seconds this push spent on them and on the checks
         self.verify = cfg.verify != VerifyMode.off
         self.served: Optional[Dict[str, Set[torch.dtype]]] = None
         self.expected: Optional[Expected] = None
-        self.fingerprint_s = 0.0
+        self.fingerprint_s = self.check_s = 0.0
+        self.verified = 0  # deliveries whose fingerprints every generator matched (pushes and re-deliveries)
         self.failure: Optional[WeightMismatch] = None  # found by the watcher; raised by the next push
 
     def setup(self) -> None:
@@ -125,17 +126,21 @@ class WeightPublisher(ABC):
                 and not self._try(self._ask_served_dtypes(), "asking for weight fingerprints")
             ):
                 self.broken = True  # a generator is unreachable: the push heals (and verifies) or fails
-            self.expected, self.fingerprint_s = None, 0.0
+            self.expected, self.fingerprint_s, self.check_s = None, 0.0, 0.0
+            tp = time.monotonic()
             if self.io is not None and not self._try(self.client.pause(self.cfg.pause_mode), "pause"):
                 self.broken = True
-            result.pause_s = time.monotonic() - t0
+            result.pause_s = time.monotonic() - tp
             try:
                 t1 = time.monotonic()
                 self._push(version, result)
                 result.transfer_s = time.monotonic() - t1
                 if self.io is not None and self.verify and not self.broken:
-                    check_s = self._check(version)
-                    result.verify_s = self.fingerprint_s + check_s
+                    try:
+                        self._check(version)
+                    except GeneratorError as e:  # did not answer: heal (re-deliver and check) or fail
+                        log.warning("weight publisher: checking push %d failed: %s", version, e)
+                        self.broken = True
             finally:
                 if self.io is not None and not self._try(self.client.continue_generation(), "continue"):
                     self.broken = True
@@ -146,6 +151,8 @@ class WeightPublisher(ABC):
                 result.extra["healed"] = 1.0
             if self.io is not None:
                 self.pushed_version = version
+                if self.verify:
+                    result.verify_s = self.fingerprint_s + self.check_s
         if self.cfg.probe_check:
             result.probe_max_diff = self.probe()
         result.seconds = time.monotonic() - t0
@@ -185,9 +192,9 @@ class WeightPublisher(ABC):
         self.fingerprint_s += time.monotonic() - t0
         return out
 
-    def _check(self, version: int) -> float:
+    def _check(self, version: int) -> None:
         """Every generator's fingerprints against the pushed ones (generation paused); the seconds
-        the generators took to answer and the comparison.
+        the generators take to answer and the comparison count in `check_s`.
         Raises WeightMismatch naming the generator and the first differing, missing and extra tensors."""
         expected = self._pushed_fingerprints()  # its time counts in fingerprint_s
         t0 = time.monotonic()
@@ -206,7 +213,8 @@ class WeightPublisher(ABC):
                         if names
                     )
                 )
-        return time.monotonic() - t0
+        self.verified += 1
+        self.check_s += time.monotonic() - t0
 
     # ---- generator restarts (rank 0) ----
     def _try(self, coro: Awaitable, what: str) -> bool:

@@ -74,6 +74,7 @@ def test_a_restarted_generator_serves_the_current_weights(engine, tiny_model_dir
             time.sleep(0.2)
         waiter.join(60)
         assert _version(gen.url) == 1 and pub.heals == 1
+        assert pub.verified == 2  # the push and the re-delivery: the restarted server's fingerprints match
         assert answered and set(answered[0].versions) == {1}  # served by the pushed weights only
         assert pub.probe() <= 1e-4  # and they are the learner's
 
@@ -86,6 +87,7 @@ def test_a_restarted_generator_serves_the_current_weights(engine, tiny_model_dir
         later.join()
         assert result.extra.get("healed") == 1.0 and result.probe_max_diff <= 1e-4
         assert _version(gen.url) == 2 and pub.pushed_version == 2
+        assert result.verify_s > 0 and pub.verified == 3  # the push failed; its re-delivery was verified
 
         # 3. and the next push is an ordinary one again
         _train(engine)
