@@ -29,6 +29,9 @@ class EvalConfig:
     placement: EvalPlacement = EvalPlacement.own
     dev_data: str = ""  # question file; empty: the world's dev split
     dev_questions: int = 32  # the first N questions of dev_data: the same sample for every version
+    # also the first N training questions (rollout.data), logged as eval_train/*: a train curve
+    # that rises while the dev curve falls is memorised entities, not search skill; 0: none
+    train_questions: int = 0
     # shared placement: the priority of the evaluation's requests (SGLang's: larger is served
     # first; training requests carry none, which counts as 0 in the embedded generator and under
     # SGLang's --default-priority-value 0)

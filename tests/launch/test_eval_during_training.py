@@ -4,11 +4,12 @@ hands versions over, the evaluator's own generator loads each one and evaluates 
 import json
 import os
 
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from areal_mem.app.cli import main
 
-EVAL = ["eval.interval=1", "eval.dev_questions=6", "eval.max_turns=2", "eval.concurrency=6"]
+EVAL = ["eval.interval=1", "eval.dev_questions=6", "eval.train_questions=3", "eval.max_turns=2", "eval.concurrency=6"]
 
 
 def test_versions_are_evaluated_beside_training_and_pinned_to_their_weights(tiny_train, tmp_path):
@@ -27,6 +28,10 @@ def test_versions_are_evaluated_beside_training_and_pinned_to_their_weights(tiny
         assert len(records) == 6
         assert all(set(x["token_versions"]) == {str(r["version"])} for x in records)  # every token: that version
         assert r["em"] == round(100 * sum(x["em"] for x in records) / 6, 2)
+        assert r["search_rate"] == round(100 * sum(x["tool_calls"] > 0 for x in records) / 6, 2)
+        train = [json.loads(x) for x in (run / "eval_during" / "results" / f"train_v{r['version']:06d}.jsonl").open()]
+        assert [x["id"] for x in train] == ["train_0", "train_1", "train_2"]  # the training questions' sample
+        assert r["train_em"] == round(100 * sum(x["em"] for x in train) / 3, 2)
     # logged by version and wall time: metrics.jsonl and TensorBoard
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     dev = [x for x in rows if x["kind"] == "eval_dev"]
@@ -34,6 +39,8 @@ def test_versions_are_evaluated_beside_training_and_pinned_to_their_weights(tiny
     tb = EventAccumulator(str(run / "tensorboard"))
     tb.Reload()
     assert [e.step for e in tb.Scalars("eval_dev/em")] == versions
+    assert [e.step for e in tb.Scalars("eval_train/em")] == versions
+    assert [e.wall_time for e in tb.Scalars("eval_dev/em")] == pytest.approx([r["time"] for r in curve])
     # handed-over weights are removed once evaluated; the summary has the curve
     assert not [d for d in os.listdir(run / "eval_during") if d.startswith("v")]
     assert "dev evaluation beside training" in out

@@ -19,6 +19,9 @@ FIELDS = {
     "reward",
     "mean_turns",
     "mean_tool_calls",
+    "search_rate",
+    "golden_in_search_rate",
+    "answer_copied_rate",
     "context_tokens_by_turn",
     "end_reasons",
 }
@@ -55,6 +58,8 @@ def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, c
         assert len(records) == 20 and records[0]["id"] == "dev_0"
         assert summary["em"] == round(100 * sum(r["em"] for r in records) / 20, 2)
         assert summary["mean_turns"] == round(sum(r["num_turns"] for r in records) / 20, 3)
+        assert summary["search_rate"] == round(100 * sum(r["tool_calls"] > 0 for r in records) / 20, 2)
+        assert all(not r["golden_in_search"] for r in records if r["tool_calls"] == 0)  # nothing retrieved
         first = summary["context_tokens_by_turn"][0]
         assert first["turn"] == 0 and first["episodes"] == 20
         assert first["max"] == max(r["context_tokens"][0] for r in records)

@@ -5,7 +5,9 @@ The launcher starts it beside the learner. It takes each version the learner han
 of the dev split, and logs EM/F1 by version and wall time: TensorBoard `eval_dev/*` (step =
 version, wall time = when the learner handed the version over), `metrics.jsonl` lines of kind
 `eval_dev`, and `<run_dir>/eval_during/curve.jsonl` (one line per version, read by the train
-summary). Two placements (`eval.placement`):
+summary). With `eval.train_questions` a sample of training questions is evaluated too
+(`eval_train/*`), so a policy that learns the training entities instead of searching shows as
+two curves parting. Two placements (`eval.placement`):
 
 - `own`: a generator of its own, loaded with each version's weights before its evaluation and
   holding them throughout, so every token is sampled by exactly that version;
@@ -47,7 +49,17 @@ from .summary import summarize
 
 HELP = "evaluate policy versions on a dev sample while RL trains (started by the launcher when eval.interval > 0)"
 log = logging.getLogger("areal_mem.app.evaluation.during_training")
-CURVE_KEYS = ("em", "f1", "acc", "reward", "mean_turns", "mean_tool_calls")
+CURVE_KEYS = (
+    "em",
+    "f1",
+    "acc",
+    "reward",
+    "mean_turns",
+    "mean_tool_calls",
+    "search_rate",
+    "golden_in_search_rate",
+    "answer_copied_rate",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,12 +67,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll-s", type=float, default=1.0, help="how often to look for a new version (seconds)")
 
 
-def dev_tasks(cfg: RunConfig) -> List[Task]:
-    path = cfg.eval.dev_data or os.path.join(cfg.world.dir, "dev.jsonl")
-    tasks = read_tasks(path)[: cfg.eval.dev_questions]
-    if not tasks:
-        raise ConfigError(f"eval.dev_data: {path} holds no questions")
-    return tasks
+def samples(cfg: RunConfig) -> Dict[str, List[Task]]:
+    """The fixed question samples every version is evaluated on, by metrics prefix: the dev
+    split's first `eval.dev_questions`, and with `eval.train_questions` the training data's."""
+    ev = cfg.eval
+    wanted = {
+        "eval_dev": ("eval.dev_data", ev.dev_data or os.path.join(cfg.world.dir, "dev.jsonl"), ev.dev_questions),
+        "eval_train": (
+            "rollout.data",
+            cfg.rollout.data or os.path.join(cfg.world.dir, "train.jsonl"),
+            ev.train_questions,
+        ),
+    }
+    out = {}
+    for prefix, (key, path, n) in wanted.items():
+        if n <= 0:
+            continue
+        out[prefix] = read_tasks(path)[:n]
+        if not out[prefix]:
+            raise ConfigError(f"{key}: {path} holds no questions")
+    if "eval_dev" not in out:
+        raise ConfigError("eval.dev_questions must be at least 1 for the evaluation beside training")
+    return out
 
 
 def pinned_fraction(records: List[Dict[str, Any]], version: int) -> float:
@@ -83,7 +111,7 @@ class Evaluator:
             raise ConfigError("eval.interval must be > 0 for the evaluator beside training")
         self.cfg, self.poll_s = cfg, poll_s
         self.own = cfg.eval.placement == EvalPlacement.own
-        self.tasks = dev_tasks(cfg)
+        self.samples = samples(cfg)
         self.workflow = build_workflow(cfg.eval.method)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
         self.done: Set[int] = {int(row["version"]) for row in snapshots.read_curve(cfg.run_dir)}
@@ -184,28 +212,39 @@ class Evaluator:
         t0 = time.monotonic()
         if self.own:
             await generator.update_weights_from_disk(os.path.abspath(folder), version)
-        out = os.path.join(self.results_dir, f"v{version:06d}.jsonl")
-        records = await evaluate(self.tasks, self.workflow, ctx, cfg.eval.concurrency, out, progress=False)
+        summaries, records = {}, []
+        for prefix, tasks in self.samples.items():
+            name = f"v{version:06d}.jsonl" if prefix == "eval_dev" else f"train_v{version:06d}.jsonl"
+            got = await evaluate(
+                tasks, self.workflow, ctx, cfg.eval.concurrency, os.path.join(self.results_dir, name), progress=False
+            )
+            summaries[prefix] = summarize(got, method=cfg.eval.method, data=prefix)
+            records += got
         if self.own:  # nothing else loads into this generator: a moved version is a bug, not noise
             served = await generator.weight_versions()
             if set(served.values()) != {version}:
                 raise RuntimeError(f"evaluator: the generator serves {served} after evaluating version {version}")
-        summary = summarize(records, method=cfg.eval.method, data=cfg.eval.dev_data or "dev")
+        dev = summaries["eval_dev"]
         row = {
             "version": version,
             "step": info["step"],
             "time": info["time"],  # when the learner handed the version over
-            "questions": summary["questions"],
-            **{k: summary[k] for k in CURVE_KEYS},
+            "questions": dev["questions"],
+            **{k: dev[k] for k in CURVE_KEYS},
             "pinned_fraction": round(pinned_fraction(records, version), 4),
             "eval_s": round(time.monotonic() - t0, 2),
             "lag_s": round(time.time() - info["time"], 2),  # hand-over to result
         }
+        if "eval_train" in summaries:
+            row.update({f"train_{k}": summaries["eval_train"][k] for k in CURVE_KEYS})
         os.makedirs(os.path.dirname(snapshots.curve_path(cfg.run_dir)), exist_ok=True)
         with open(snapshots.curve_path(cfg.run_dir), "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
-        scalars = {k: float(row[k]) for k in (*CURVE_KEYS, "pinned_fraction", "eval_s", "lag_s")}
-        self.metrics.log(version, scalars, prefix="eval_dev", walltime=info["time"])
+        for prefix, summary in summaries.items():
+            scalars = {k: float(summary[k]) for k in CURVE_KEYS}
+            if prefix == "eval_dev":
+                scalars.update({k: float(row[k]) for k in ("pinned_fraction", "eval_s", "lag_s")})
+            self.metrics.log(version, scalars, prefix=prefix, walltime=info["time"])
         self.done.add(version)
         return row
 
@@ -223,10 +262,14 @@ def run(args: argparse.Namespace) -> int:
 
 def curve_table(rows: List[Dict[str, Any]]) -> str:
     """The curve as a plain table for the console and the train summary."""
-    lines = ["version  step   EM %   F1 %  pinned  eval s"]
+    train = "train_em" in rows[0]
+    lines = [
+        "version  step   EM %   F1 %  searched %  copied %" + ("  train EM %" if train else "") + "  pinned  eval s"
+    ]
     for r in rows:
         lines.append(
-            f"{r['version']:>7}  {r['step']:>4}  {r['em']:>5.1f}  {r['f1']:>5.1f}  "
+            f"{r['version']:>7}  {r['step']:>4}  {r['em']:>5.1f}  {r['f1']:>5.1f}  {r['search_rate']:>10.1f}  "
+            f"{r['answer_copied_rate']:>8.1f}" + (f"  {r['train_em']:>10.1f}" if train else "") + f"  "
             f"{r['pinned_fraction']:>6.2f}  {r['eval_s']:>6.1f}"
         )
     return "\n".join(lines)
@@ -245,6 +288,8 @@ def plot_curve(rows: List[Dict[str, Any]], path: str) -> Optional[str]:
     versions = [r["version"] for r in rows]
     ax.plot(versions, [r["em"] for r in rows], marker="o", label="EM")
     ax.plot(versions, [r["f1"] for r in rows], marker="s", label="F1")
+    if "train_em" in rows[0]:
+        ax.plot(versions, [r["train_em"] for r in rows], marker="^", linestyle="--", label="EM, train questions")
     ax.set_xlabel("policy version")
     ax.set_ylabel("dev %")
     ax.set_title(f"greedy evaluation beside training ({rows[0]['questions']} dev questions)")

@@ -11,9 +11,27 @@ from typing import Any, Dict, List
 from tqdm import tqdm
 
 from areal_mem.data.task import Task
+from areal_mem.trajectory import Trajectory
+from rollout.rewards.metrics import normalize_answer, substring_match
 from rollout.workflows.base import Workflow, WorkflowContext, run_episode, turn_lengths
 
 RECORD_KEYS = ("answer", "em", "f1", "acc", "num_turns", "tool_calls", "end_reason", "format_error")
+
+
+def search_provenance(traj: Trajectory, task: Task, decode) -> Dict[str, bool]:
+    """Where an answer came from: did a search return a golden answer (`golden_in_search`), and
+    does the predicted answer occur in what the searches returned (`answer_in_search`: copied
+    from a passage, where an answer given without one was recalled or guessed). The searches'
+    text is what the workflow injected into the responses (loss mask 0: tool responses and the
+    headers around them)."""
+    injected = " ".join(
+        decode([t for t, m in zip(c.input_ids[c.prompt_len :], c.loss_mask) if not m]) for c in traj.contexts
+    )
+    answer = normalize_answer(str(traj.info.get("answer") or ""))
+    return {
+        "golden_in_search": bool(substring_match(injected, task.golden_answers)),
+        "answer_in_search": bool(answer) and answer in normalize_answer(injected),
+    }
 
 
 async def evaluate(
@@ -46,6 +64,7 @@ async def evaluate(
             "reward": traj.reward,
             **{k: traj.info[k] for k in RECORD_KEYS},
             "context_tokens": turn_lengths(traj.info),
+            **search_provenance(traj, task, lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=False)),
             # which policy versions sampled its model tokens (evaluation beside training)
             "token_versions": dict(
                 Counter(v for c in traj.contexts for v, m in zip(c.versions, c.loss_mask) if m and v >= 0)

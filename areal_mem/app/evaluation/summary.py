@@ -22,6 +22,7 @@ def context_tokens_by_turn(records: List[Dict[str, Any]]) -> List[Dict[str, Any]
 
 
 def summarize(records: List[Dict[str, Any]], method: str, data: str) -> Dict[str, Any]:
+    answered = [r for r in records if r["answer"]]
     return {
         "method": method,
         "data": data,
@@ -32,6 +33,11 @@ def summarize(records: List[Dict[str, Any]], method: str, data: str) -> Dict[str
         "reward": round(_mean([r["reward"] for r in records]), 4),
         "mean_turns": round(_mean([r["num_turns"] for r in records]), 3),
         "mean_tool_calls": round(_mean([r["tool_calls"] for r in records]), 3),
+        # where answers come from (percent): questions searched at all, searches that returned a
+        # golden answer, and answered questions whose answer occurs in what was retrieved
+        "search_rate": round(100 * _mean([float(r["tool_calls"] > 0) for r in records]), 2),
+        "golden_in_search_rate": round(100 * _mean([float(r["golden_in_search"]) for r in records]), 2),
+        "answer_copied_rate": round(100 * _mean([float(r["answer_in_search"]) for r in answered]), 2),
         "context_tokens_by_turn": context_tokens_by_turn(records),
         "end_reasons": dict(Counter(r["end_reason"] for r in records)),
     }

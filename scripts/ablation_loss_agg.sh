@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The learner.loss_agg ablation of docs/learner.md: the debug recipe's RL stage (100 steps) with
+# token_mean, trajectory_mean and context_mean, for RL seeds 0 1 2, from one SFT start (seed 0).
+#   bash scripts/ablation_loss_agg.sh OUT [SEEDS] [MODES]
+# OUT/start holds the start (world, index, SFT model with 1 thread, robust to other load; built
+# once, ~25 min), OUT/<mode>-s<seed> each run (skipped when its train_summary.json exists),
+# OUT/ablation.md the table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: scripts/ablation_loss_agg.sh OUT [SEEDS] [MODES]}
+SEEDS=${2:-0 1 2}
+MODES=${3:-token_mean trajectory_mean context_mean}
+PY=.venv/bin/python
+$PY -c "from areal_mem.app.bench.arms import prepare_start; prepare_start('configs/debug_cpu.yaml', ['learner.sft.threads=1'], '$OUT/start', sft=True)"
+START=(world.dir="$OUT/start/world" retriever.index_dir="$OUT/start/index" model.path="$OUT/start/sft/model"
+       learner.sft.warm_start=false)
+for seed in $SEEDS; do
+  for mode in $MODES; do
+    run="$OUT/$mode-s$seed"
+    [ -f "$run/train_summary.json" ] && continue
+    # every arm starts from the same model: its start evaluation is computed once and shared
+    if [ -d "$OUT/eval_start" ] && [ ! -e "$run/eval/start" ]; then
+      mkdir -p "$run/eval" && cp -r "$OUT/eval_start" "$run/eval/start"
+    fi
+    .venv/bin/areal-mem train --config configs/debug_cpu.yaml run_dir="$run" seed="$seed" \
+      learner.loss_agg="$mode" "${START[@]}"
+    [ -d "$OUT/eval_start" ] || cp -r "$run/eval/start" "$OUT/eval_start"
+  done
+done
+$PY - "$OUT" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+rows = []
+for name in sorted(os.listdir(out)):
+    path = os.path.join(out, name, "train_summary.json")
+    if not os.path.exists(path):
+        continue
+    s = json.load(open(path))
+    fin = [json.loads(x) for x in open(os.path.join(out, name, "eval", "final", "results.jsonl"))]
+    sta = [json.loads(x) for x in open(os.path.join(out, name, "eval", "start", "results.jsonl"))]
+    fixed = sum(1 for a, b in zip(sta, fin) if b["em"] > a["em"])
+    broken = sum(1 for a, b in zip(sta, fin) if b["em"] < a["em"])
+    mode, seed = name.rsplit("-s", 1)
+    rows.append((mode, seed, s["eval_start"]["em"], s["eval_final"]["em"], fixed, broken, s["stage_s"]["rl"]))
+lines = ["| loss_agg | RL seed | EM after SFT | EM after RL | fixed | broken | RL s |", "| --- | --- | --- | --- | --- | --- | --- |"]
+lines += [f"| {m} | {s} | {a:.2f}% | {b:.2f}% | {f} | {k} | {t:.0f} |" for m, s, a, b, f, k, t in rows]
+open(os.path.join(out, "ablation.md"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+EOF

@@ -1,0 +1,29 @@
+"""Where an evaluated answer came from: the searches' injected text (loss mask 0) against the
+golden and the predicted answers."""
+
+from areal_mem.app.evaluation.runner import search_provenance
+from areal_mem.data.task import Task
+from areal_mem.trajectory import Context, Trajectory
+
+
+def _traj(tokenizer, model_text, injected_text, answer):
+    model = tokenizer.encode(model_text, add_special_tokens=False)
+    tool = tokenizer.encode(injected_text, add_special_tokens=False)
+    ids = [5, 6] + model + tool
+    n = len(model) + len(tool)
+    ctx = Context(ids, 2, [1] * len(model) + [0] * len(tool), [0.0] * n, [0] * len(model) + [-1] * len(tool))
+    return Trajectory("t", [ctx], info={"answer": answer})
+
+
+def test_search_provenance_reads_only_the_injected_text(tokenizer):
+    task = Task("q", "What was the profession of Ana?", ["Poet"])
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+    copied = _traj(tokenizer, "search Ana", "Ana was a poet in Vell.", "the poet")
+    assert search_provenance(copied, task, decode) == {"golden_in_search": True, "answer_in_search": True}
+    # the model wrote "poet" itself, the search did not return it: not copied, not found
+    guessed = _traj(tokenizer, "Ana poet", "Ana was born in Vell.", "poet")
+    assert search_provenance(guessed, task, decode) == {"golden_in_search": False, "answer_in_search": False}
+    wrong = _traj(tokenizer, "search", "Ana was a poet in Vell.", "Vell")  # copied, but the wrong span
+    assert search_provenance(wrong, task, decode) == {"golden_in_search": True, "answer_in_search": True}
+    silent = _traj(tokenizer, "search", "Ana was a poet.", "")
+    assert search_provenance(silent, task, decode) == {"golden_in_search": True, "answer_in_search": False}
