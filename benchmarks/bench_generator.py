@@ -14,8 +14,13 @@ every parameter, in 512 MiB buckets, into a running server; and the disk path (s
 safetensors checkpoint + /update_weights_from_disk) for comparison. For the tiny model and
 a ~100M-parameter Qwen2 built locally (random weights, no tokenizer needed). Median of 3.
 
+Verified pushes (`learner.publish.verify`): next to each push, what verifying it costs: the
+learner's fingerprints (per bucket after its broadcast, as the distributed publisher takes them;
+of the model's weights after a disk push), the server's `/weights_checker` answer (its own
+fingerprints, HTTP, JSON) and the comparison, which must find them equal; and the ratio to the push.
+
     .venv/bin/python benchmarks/bench_generator.py [--requests 32] [--new-tokens 128] [--rounds 3]
-        [--threads 1] [--skip-100m]
+        [--threads 1] [--skip-100m] [--push-only] [--push-repeats 3]
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ import os
 import statistics
 import tempfile
 import time
-from typing import List, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
 
 import torch
 from tqdm import tqdm
@@ -34,6 +40,7 @@ from tqdm import tqdm
 from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.generation import SamplingParams
 from areal_mem.net import free_port
+from areal_mem.weight_fingerprint import fingerprints
 from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets
 from rollout.generator.client import GeneratorClient
 from rollout.generator.launch import start_embedded_generator
@@ -105,8 +112,27 @@ def sequential_throughput(model, prompts: List[List[int]], new_tokens: int) -> f
     return tokens / (time.perf_counter() - t0)
 
 
-def push_times(url: str, model, tmp: str, repeats: int = 3) -> Tuple[float, float]:
-    """(distributed push seconds, disk push seconds), medians."""
+@dataclass
+class PushTimes:
+    """Medians over the repeats, in seconds."""
+
+    distributed: float
+    distributed_verify: float
+    disk: float
+    disk_verify: float
+
+
+async def verify_s(c: GeneratorClient, url: str, expected: Dict[str, str], learner_s: float) -> float:
+    """What `learner.publish.verify` adds to a push: the learner's fingerprints (`learner_s`, taken
+    per bucket), the generator's `/weights_checker` (its fingerprints + HTTP) and the comparison."""
+    t0 = time.perf_counter()
+    served = (await c.weight_checksums())[url]
+    if served != expected:
+        raise RuntimeError("the generator's fingerprints differ from the pushed weights")
+    return learner_s + time.perf_counter() - t0
+
+
+def push_times(url: str, model, tmp: str, repeats: int = 3) -> PushTimes:
     named = [(n, p.detach()) for n, p in model.named_parameters()]
     port = free_port()
 
@@ -116,26 +142,46 @@ def push_times(url: str, model, tmp: str, repeats: int = 3) -> Tuple[float, floa
                 c.init_weights_update_group("127.0.0.1", port, group_name="bench"),
                 asyncio.to_thread(WeightGroup.join, "127.0.0.1", port, 2, 0, "bench", "gloo", 600.0),
             )
-            dist_s, disk_s = [], []
+            dist_s, dist_v, disk_s, disk_v = [], [], [], []
             for v in range(1, repeats + 1):
                 t0 = time.perf_counter()
+                expected, learner_s = {}, 0.0
                 for bucket in iter_buckets(named, BUCKET_BYTES):
                     meta = BucketMeta.of(bucket)
                     announce = asyncio.create_task(
                         c.update_weights_from_distributed(meta.names, meta.dtypes, meta.shapes, "bench", version=v)
                     )
                     await asyncio.to_thread(group.broadcast_bucket, bucket)
+                    t1 = time.perf_counter()  # as the publisher does: each bucket fingerprinted after its broadcast
+                    expected.update(fingerprints(bucket))
+                    learner_s += time.perf_counter() - t1
                     await announce
-                dist_s.append(time.perf_counter() - t0)
+                dist_s.append(time.perf_counter() - t0 - learner_s)
+                dist_v.append(await verify_s(c, url, expected, learner_s))
                 t0 = time.perf_counter()
                 path = os.path.join(tmp, f"ckpt-{v}")
                 await asyncio.to_thread(model.save_pretrained, path)
                 await c.update_weights_from_disk(path, 100 + v)
                 disk_s.append(time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                expected = fingerprints(named)  # the disk publisher fingerprints the learner's weights
+                disk_v.append(await verify_s(c, url, expected, time.perf_counter() - t1))
             group.close()
-            return statistics.median(dist_s), statistics.median(disk_s)
+            m = statistics.median
+            return PushTimes(m(dist_s), m(dist_v), m(disk_s), m(disk_v))
 
     return asyncio.run(go())
+
+
+def push_rows(label: str, t: PushTimes) -> List[Tuple[str, str]]:
+    return [
+        (f"distributed push, {label} (s)", f"{t.distributed:.3f}"),
+        ("  verify after it: learner + generator fingerprints, /weights_checker (s)", f"{t.distributed_verify:.3f}"),
+        ("  verify / distributed push", f"{t.distributed_verify / t.distributed:.2f}"),
+        ("disk push (save + /update_weights_from_disk), same model (s)", f"{t.disk:.3f}"),
+        ("  verify after it (s)", f"{t.disk_verify:.3f}"),
+        ("  verify / disk push", f"{t.disk_verify / t.disk:.2f}"),
+    ]
 
 
 def main() -> None:
@@ -150,6 +196,8 @@ def main() -> None:
         help="alternate server and sequential runs this often (a shared CPU's load varies)",
     )
     ap.add_argument("--skip-100m", action="store_true", help="only the tiny model's push")
+    ap.add_argument("--push-only", action="store_true", help="only the weight pushes (no throughput rounds)")
+    ap.add_argument("--push-repeats", type=int, default=3, help="pushes per model (medians)")
     ap.add_argument(
         "--threads", type=int, default=1, help="torch threads on both sides (1 avoids oversubscribing a shared CPU)"
     )
@@ -168,21 +216,24 @@ def main() -> None:
         with start_embedded_generator(
             tiny, EmbeddedConfig(max_batch_size=args.requests, torch_threads=threads, weights_dirs=[tmp], device="cpu")
         ) as h:
-            for _ in tqdm(range(args.rounds), desc="rounds (server, then sequential)"):
+            for _ in tqdm(range(0 if args.push_only else args.rounds), desc="rounds (server, then sequential)"):
                 served.append(server_throughput(h.url, prompts, args.new_tokens))
                 seq.append(sequential_throughput(model, prompts, args.new_tokens))
-            push_tiny = push_times(h.url, model, tmp)
-        ratios = [a / b for a, b in zip(served, seq)]
-        rows += [
-            (f"embedded server, {args.requests} concurrent requests (tokens/s)", f"{statistics.median(served):,.0f}"),
-            ("sequential model.generate, same prompts (tokens/s)", f"{statistics.median(seq):,.0f}"),
-            (
-                "server / sequential, median of the rounds (target >= 4)",
-                f"{statistics.median(ratios):.1f}x (rounds: {', '.join(f'{r:.1f}' for r in ratios)})",
-            ),
-            (f"distributed push, tiny model ({n_params(model) / 1e6:.1f}M params) (s)", f"{push_tiny[0]:.3f}"),
-            ("disk push (save + /update_weights_from_disk), tiny model (s)", f"{push_tiny[1]:.3f}"),
-        ]
+            push_tiny = push_times(h.url, model, tmp, args.push_repeats)
+        if not args.push_only:
+            ratios = [a / b for a, b in zip(served, seq)]
+            rows += [
+                (
+                    f"embedded server, {args.requests} concurrent requests (tokens/s)",
+                    f"{statistics.median(served):,.0f}",
+                ),
+                ("sequential model.generate, same prompts (tokens/s)", f"{statistics.median(seq):,.0f}"),
+                (
+                    "server / sequential, median of the rounds (target >= 4)",
+                    f"{statistics.median(ratios):.1f}x (rounds: {', '.join(f'{r:.1f}' for r in ratios)})",
+                ),
+            ]
+        rows += push_rows(f"tiny model ({n_params(model) / 1e6:.1f}M params)", push_tiny)
         if not args.skip_100m:
             big_path = build_100m(tmp)
             big = AutoModelForCausalLM.from_pretrained(big_path, dtype=torch.float32).eval()
@@ -190,14 +241,8 @@ def main() -> None:
             with start_embedded_generator(
                 big_path, EmbeddedConfig(torch_threads=threads, weights_dirs=[tmp], device="cpu"), startup_timeout_s=600
             ) as h:
-                push_big = push_times(h.url, big, tmp)
-            rows += [
-                (
-                    f"distributed push, Qwen2 {n_params(big) / 1e6:.0f}M params, {mb:.0f} MiB fp32 (s)",
-                    f"{push_big[0]:.3f}",
-                ),
-                ("disk push (save + /update_weights_from_disk), same model (s)", f"{push_big[1]:.3f}"),
-            ]
+                push_big = push_times(h.url, big, tmp, args.push_repeats)
+            rows += push_rows(f"Qwen2 {n_params(big) / 1e6:.0f}M params, {mb:.0f} MiB fp32", push_big)
     print(
         f"\n{args.requests} requests x {args.new_tokens} new tokens, prompts of {args.prompt_tokens} "
         f"tokens, torch threads {threads}\n"

@@ -161,25 +161,32 @@ class WeightPublisher(ABC):
     # ---- verified pushes (rank 0) ----
     async def _ask_served_dtypes(self) -> None:
         """Learn the dtype each generator serves each tensor in, from one `/weights_checker` call.
-        A generator whose checksums are not fingerprints (SGLang's own) turns verify off under
-        `auto` and is an error under `on`. Raises GeneratorError when a generator does not answer."""
-        answers = await self.client.weight_checksums()
+        A generator that cannot report fingerprints (SGLang's checksums, which no learner can
+        reproduce, or a 4xx: a server without the route) turns verify off under `auto` and is an
+        error under `on`. Raises GeneratorError when a generator does not answer (5xx, down)."""
+        try:
+            answers = await self.client.weight_checksums()
+        except GeneratorError as e:
+            if not 400 <= e.status < 500:
+                raise
+            return self._not_comparable(f"{e}")
         served: Dict[str, Set[torch.dtype]] = {}
         for url, sums in answers.items():
             for name, fp in sums.items():
                 try:
                     served.setdefault(name, set()).add(served_dtype(fp))
                 except ValueError as e:
-                    why = (
+                    return self._not_comparable(
                         f"{url}/weights_checker does not report weight fingerprints the learner can reproduce "
                         f"({e}); SGLang hashes its own fused tensors (qkv_proj, gate_up_proj)"
                     )
-                    if self.cfg.verify == VerifyMode.on:
-                        raise RuntimeError(f"learner.publish.verify=on: {why}; set it to auto or off") from None
-                    log.warning("weight publisher: pushes are not verified (learner.publish.verify=auto): %s", why)
-                    self.verify = False
-                    return
         self.served = served
+
+    def _not_comparable(self, why: str) -> None:
+        if self.cfg.verify == VerifyMode.on:
+            raise RuntimeError(f"learner.publish.verify=on: {why}; set it to auto or off")
+        log.warning("weight publisher: pushes are not verified (learner.publish.verify=auto): %s", why)
+        self.verify = False
 
     def _fingerprint(self, named: Iterable[Tuple[str, torch.Tensor]]) -> Expected:
         """The fingerprints of `named` in every dtype the generators serve each tensor in (its own
