@@ -44,31 +44,56 @@ GPU_CHUNK_ROWS = 4096
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32}
 
 
-def _sums(t: torch.Tensor) -> torch.Tensor:
-    """`[s0, s1]` of `t` as an int64 tensor on `t`'s device (no host sync)."""
-    bits_dtype = _BITS.get(t.element_size())
-    if bits_dtype is None:
-        raise ValueError(f"cannot fingerprint {t.dtype} tensors (elements of 1, 2 or 4 bytes only)")
-    bits = t.detach().contiguous().view(-1).view(bits_dtype)
-    dev, n = t.device, bits.numel()
-    f64 = dict(dtype=torch.float64, device=dev)
-    weights = torch.stack([torch.ones(COLS, **f64), torch.arange(1, COLS + 1, **f64)], dim=1)
-    rows, tail = divmod(n, COLS)
-    step = CHUNK_ROWS.get(dev.type, GPU_CHUNK_ROWS)
-    buf = torch.empty(min(rows, step) * COLS or tail, **f64)  # reused: no allocation per chunk
-    out = torch.empty(rows + (tail > 0), 2, **f64)  # per row of COLS elements: [sum, weighted sum]
-    for r0 in range(0, rows, step):
-        r = min(step, rows - r0)
-        buf[: r * COLS].copy_(bits[r0 * COLS : (r0 + r) * COLS])
-        torch.mm(buf[: r * COLS].view(r, COLS), weights, out=out[r0 : r0 + r])
-    if tail:
-        buf[:tail].copy_(bits[rows * COLS :])
-        torch.mm(buf[:tail].view(1, tail), weights[:tail], out=out[rows:])
-    sums = out.to(torch.int64)  # exact: every entry is an integer below 2**53
-    first = COLS * torch.arange(sums.shape[0], dtype=torch.int64, device=dev)  # position of each row's start
-    # sum over a row of (first + c + 1) * x_c = first * rowsum + weighted rowsum, taken mod P
-    s1 = ((first % P) * (sums[:, 0] % P) % P + sums[:, 1] % P).sum() % P
-    return torch.stack([sums[:, 0].sum(), s1])
+class _RowSums:
+    """Per row of COLS elements of each tensor, `[sum, weighted sum]` in float64 on its device:
+    one copy into a reused buffer and one matrix product per chunk, nothing else per tensor (a
+    3B model has ~430 tensors: per-tensor kernel launches would cost more than the reading)."""
+
+    def __init__(self):
+        self.buf: Dict[torch.device, torch.Tensor] = {}
+        self.weights: Dict[torch.device, torch.Tensor] = {}
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        bits_dtype = _BITS.get(t.element_size())
+        if bits_dtype is None:
+            raise ValueError(f"cannot fingerprint {t.dtype} tensors (elements of 1, 2 or 4 bytes only)")
+        bits = t.contiguous().view(-1).view(bits_dtype)
+        dev = t.device
+        f64 = dict(dtype=torch.float64, device=dev)
+        if dev not in self.weights:
+            self.weights[dev] = torch.stack([torch.ones(COLS, **f64), torch.arange(1, COLS + 1, **f64)], dim=1)
+        weights = self.weights[dev]
+        rows, tail = divmod(bits.numel(), COLS)
+        step = CHUNK_ROWS.get(dev.type, GPU_CHUNK_ROWS)
+        need = min(rows, step) * COLS or tail
+        if self.buf.get(dev) is None or self.buf[dev].numel() < need:
+            self.buf[dev] = torch.empty(need, **f64)
+        buf = self.buf[dev]
+        out = torch.empty(rows + (tail > 0), 2, **f64)
+        for r0 in range(0, rows, step):
+            r = min(step, rows - r0)
+            buf[: r * COLS].copy_(bits[r0 * COLS : (r0 + r) * COLS])
+            torch.mm(buf[: r * COLS].view(r, COLS), weights, out=out[r0 : r0 + r])
+        if tail:
+            buf[:tail].copy_(bits[rows * COLS :])
+            torch.mm(buf[:tail].view(1, tail), weights[:tail], out=out[rows:])
+        return out
+
+
+def _combine(outs: List[torch.Tensor]) -> List[Tuple[int, int]]:
+    """`(s0, s1)` of each tensor from its row sums, all tensors at once; one host transfer."""
+    dev = outs[0].device
+    counts = [o.shape[0] for o in outs]
+    rows = torch.cat([o.to(dev) for o in outs]).to(torch.int64)  # exact: integers below 2**53
+    n = torch.tensor(counts, device=dev)
+    seg = torch.repeat_interleave(torch.arange(len(outs), device=dev), n, output_size=rows.shape[0])
+    start = torch.cumsum(n, 0) - n  # each tensor's first row
+    first = COLS * (torch.arange(rows.shape[0], device=dev) - start[seg])  # a row's first position in its tensor
+    # over a row, sum of (first + c + 1) * x_c = first * rowsum + weighted rowsum, taken mod P
+    term = (first % P) * (rows[:, 0] % P) % P + rows[:, 1] % P
+    s0 = torch.zeros(len(outs), dtype=torch.int64, device=dev).index_add_(0, seg, rows[:, 0])
+    s1 = torch.zeros(len(outs), dtype=torch.int64, device=dev).index_add_(0, seg, term) % P
+    return [tuple(v) for v in torch.stack([s0, s1], dim=1).cpu().tolist()]
 
 
 def fingerprint(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> str:
@@ -86,14 +111,14 @@ def fingerprints(
 def fingerprint_items(items: Iterable[Tuple[str, torch.Tensor, torch.dtype]]) -> List[Tuple[str, str]]:
     """(name, fingerprint of the tensor cast to dtype) for each (name, tensor, dtype), in order.
     Streams: a tensor is not kept after its turn (ZeRO-3 gathers one at a time); one host transfer."""
-    names, sums = [], []
+    names, outs = [], []
+    row_sums = _RowSums()
     for name, t, dtype in items:
         names.append((name, dtype_name(dtype)))
-        sums.append(_sums(t.detach().to(dtype)))
-    if not sums:
+        outs.append(row_sums(t.detach().to(dtype)))
+    if not outs:
         return []
-    values = torch.stack([s.to(sums[0].device) for s in sums]).cpu().tolist()
-    return [(n, f"{label}:{s0 & (2**64 - 1):016x}{s1:08x}") for (n, label), (s0, s1) in zip(names, values)]
+    return [(n, f"{label}:{s0 & (2**64 - 1):016x}{s1:08x}") for (n, label), (s0, s1) in zip(names, _combine(outs))]
 
 
 def served_dtype(fp: str) -> torch.dtype:

@@ -27,6 +27,13 @@ def test_equals_its_definition_whatever_the_size(n):
     assert fingerprint(t, torch.bfloat16) == by_definition(t.to(torch.bfloat16))
 
 
+def test_many_tensors_at_once_equal_each_alone():
+    g = torch.Generator().manual_seed(4)
+    named = [(f"t{i}", torch.randn(n, generator=g)) for i, n in enumerate([5000, 0, 1024, 3, 300000, 1])]
+    named.append(("half", torch.randn(2049, generator=g).half()))
+    assert fingerprints(named) == {n: by_definition(t) for n, t in named}
+
+
 def test_same_weights_same_fingerprint_however_laid_out_or_chunked(monkeypatch):
     t = torch.randn(700, 900, generator=torch.Generator().manual_seed(1))
     first = fingerprint(t)
