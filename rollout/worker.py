@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional
 from areal_mem.trajectory import Group, Trajectory
 
 from .tasks import TaskCursor
+from .tools.base import ToolUnavailable
 from .workflows.base import Workflow, WorkflowContext, run_episode
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ class RolloutWorker:
                     *(run_episode(self.workflow, task, self.ctx, f"{group_id}/{j}") for j in range(self.group_size))
                 )
             except Exception as e:  # noqa: BLE001 - retried, then abandoned by the caller
-                if attempt == self.group_retries:
+                if attempt == self.group_retries or isinstance(e, ToolUnavailable):  # a replay miss stays one
                     raise
                 wait = self.retry_wait_s * 2**attempt
                 attempt += 1

@@ -257,11 +257,14 @@ def test_eval_records_then_replays_with_the_retriever_down(
     tape = tmp_path / "rec" / "tools" / "eval.jsonl"
     assert len(tape.read_text().splitlines()) >= 2
     assert main(["eval", *common, urls, f"run_dir={tmp_path / 'rep'}", f"rollout.replay_tools=[{tape}]"]) == 0
+    # no retriever.urls at all: nothing is built or started for a replay
+    assert main(["eval", *common, f"run_dir={tmp_path / 'alone'}", f"rollout.replay_tools=[{tape}]"]) == 0
+    assert not (tmp_path / "alone" / "index").exists()
 
     def results(run):
         return (tmp_path / run / "eval" / "memsearcher" / "results.jsonl").read_text()
 
-    assert results("rep") == results("rec")
+    assert results("rep") == results("rec") == results("alone")
     assert not (tmp_path / "rep" / "tools").exists()
 
 

@@ -52,7 +52,10 @@ async def _run(cfg: RunConfig, workflow, tokenizer, tasks, gen_urls, ret_urls, o
     async with (
         client_from_config(cfg.generator, gen_urls, tokenizer=tokenizer, generation_only=True) as generator,
         search_backend(
-            cfg.rollout, RetrieverClient.from_config(cfg.retriever, urls=ret_urls), cfg.run_dir, "eval"
+            cfg.rollout,
+            RetrieverClient.from_config(cfg.retriever, urls=ret_urls) if ret_urls else None,
+            cfg.run_dir,
+            "eval",
         ) as retriever,
     ):
         ctx = build_context(

@@ -2,7 +2,8 @@
 
 With no `generator.urls`, the generator of `generator.backend` is started from
 `model.path`; with no `retriever.urls`, an index over the world's corpus is
-built in `retriever.index_dir` (unless one is there) and served.
+built in `retriever.index_dir` (unless one is there) and served, unless the searches are
+replayed from tapes only (`rollout.replay_tools` without `replay_fallback`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def eval_services(cfg: RunConfig) -> Iterator[Tuple[List[str], List[str]]]:
     """Yield (generator urls, retriever urls); servers started here are stopped on exit."""
     with contextlib.ExitStack() as stack:
         gen_urls = list(cfg.generator.urls) or _start_generators(cfg, stack)
-        ret_urls = list(cfg.retriever.urls) or _start_retriever(cfg, stack)
+        replay_only = bool(cfg.rollout.replay_tools) and not cfg.rollout.replay_fallback
+        ret_urls = list(cfg.retriever.urls) or ([] if replay_only else _start_retriever(cfg, stack))
         yield gen_urls, ret_urls
 
 
