@@ -17,7 +17,8 @@ a ~100M-parameter Qwen2 built locally (random weights, no tokenizer needed). Med
 Verified pushes (`learner.publish.verify`): next to each push, what verifying it costs: the
 learner's fingerprints (per bucket after its broadcast, as the distributed publisher takes them;
 of the model's weights after a disk push), the server's `/weights_checker` answer (its own
-fingerprints, HTTP, JSON) and the comparison, which must find them equal; and the ratio to the push.
+fingerprints, HTTP, JSON) and the comparison, which must find them equal; and the ratio to the
+push (median of the repeats' ratios).
 
     .venv/bin/python benchmarks/bench_generator.py [--requests 32] [--new-tokens 128] [--rounds 3]
         [--threads 1] [--skip-100m] [--push-only] [--push-repeats 3]
@@ -114,12 +115,12 @@ def sequential_throughput(model, prompts: List[List[int]], new_tokens: int) -> f
 
 @dataclass
 class PushTimes:
-    """Medians over the repeats, in seconds."""
+    """Seconds of each repeat."""
 
-    distributed: float
-    distributed_verify: float
-    disk: float
-    disk_verify: float
+    distributed: List[float]
+    distributed_verify: List[float]
+    disk: List[float]
+    disk_verify: List[float]
 
 
 async def verify_s(c: GeneratorClient, url: str, expected: Dict[str, str], learner_s: float) -> float:
@@ -167,20 +168,27 @@ def push_times(url: str, model, tmp: str, repeats: int = 3) -> PushTimes:
                 expected = fingerprints(named)  # the disk publisher fingerprints the learner's weights
                 disk_v.append(await verify_s(c, url, expected, time.perf_counter() - t1))
             group.close()
-            m = statistics.median
-            return PushTimes(m(dist_s), m(dist_v), m(disk_s), m(disk_v))
+            return PushTimes(dist_s, dist_v, disk_s, disk_v)
 
     return asyncio.run(go())
 
 
 def push_rows(label: str, t: PushTimes) -> List[Tuple[str, str]]:
+    """Medians of the repeats; a ratio is the median of the repeats' ratios (each repeat's push
+    and verify ran back to back, under the same load)."""
+    m = statistics.median
+
+    def ratio(verify: List[float], push: List[float]) -> str:
+        ratios = [v / p for v, p in zip(verify, push)]
+        return f"{m(ratios):.2f} (repeats: {', '.join(f'{r:.2f}' for r in ratios)})"
+
     return [
-        (f"distributed push, {label} (s)", f"{t.distributed:.3f}"),
-        ("  verify after it: learner + generator fingerprints, /weights_checker (s)", f"{t.distributed_verify:.3f}"),
-        ("  verify / distributed push", f"{t.distributed_verify / t.distributed:.2f}"),
-        ("disk push (save + /update_weights_from_disk), same model (s)", f"{t.disk:.3f}"),
-        ("  verify after it (s)", f"{t.disk_verify:.3f}"),
-        ("  verify / disk push", f"{t.disk_verify / t.disk:.2f}"),
+        (f"distributed push, {label} (s)", f"{m(t.distributed):.3f}"),
+        ("  verify after it: learner + generator fingerprints, /weights_checker (s)", f"{m(t.distributed_verify):.3f}"),
+        ("  verify / distributed push", ratio(t.distributed_verify, t.distributed)),
+        ("disk push (save + /update_weights_from_disk), same model (s)", f"{m(t.disk):.3f}"),
+        ("  verify after it (s)", f"{m(t.disk_verify):.3f}"),
+        ("  verify / disk push", ratio(t.disk_verify, t.disk)),
     ]
 
 
