@@ -14,6 +14,8 @@ PY=.venv/bin/python
 $PY -c "from areal_mem.app.bench.arms import prepare_start; prepare_start('configs/debug_cpu.yaml', ['learner.sft.threads=1'], '$OUT/start', sft=True)"
 START=(world.dir="$OUT/start/world" retriever.index_dir="$OUT/start/index" model.path="$OUT/start/sft/model"
        learner.sft.warm_start=false)
+# the dev and train curves beside training (docs/eval_beside_training.md): where each run diverges
+EVAL=(eval.interval=25 eval.dev_questions=32 eval.train_questions=32)
 for seed in $SEEDS; do
   for mode in $MODES; do
     run="$OUT/$mode-s$seed"
@@ -23,7 +25,7 @@ for seed in $SEEDS; do
       mkdir -p "$run/eval" && cp -r "$OUT/eval_start" "$run/eval/start"
     fi
     .venv/bin/areal-mem train --config configs/debug_cpu.yaml run_dir="$run" seed="$seed" \
-      learner.loss_agg="$mode" "${START[@]}"
+      learner.loss_agg="$mode" "${START[@]}" "${EVAL[@]}"
     [ -d "$OUT/eval_start" ] || cp -r "$run/eval/start" "$OUT/eval_start"
   done
 done
@@ -41,9 +43,15 @@ for name in sorted(os.listdir(out)):
     fixed = sum(1 for a, b in zip(sta, fin) if b["em"] > a["em"])
     broken = sum(1 for a, b in zip(sta, fin) if b["em"] < a["em"])
     mode, seed = name.rsplit("-s", 1)
-    rows.append((mode, seed, s["eval_start"]["em"], s["eval_final"]["em"], fixed, broken, s["stage_s"]["rl"]))
-lines = ["| loss_agg | RL seed | EM after SFT | EM after RL | fixed | broken | RL s |", "| --- | --- | --- | --- | --- | --- | --- |"]
-lines += [f"| {m} | {s} | {a:.2f}% | {b:.2f}% | {f} | {k} | {t:.0f} |" for m, s, a, b, f, k, t in rows]
+    curve = s.get("eval_during") or [{}]
+    dev = " / ".join(f"{c['em']:.0f}" for c in curve if "em" in c)
+    train = " / ".join(f"{c['train_em']:.0f}" for c in curve if "train_em" in c)
+    rows.append((mode, seed, s["eval_start"]["em"], s["eval_final"]["em"], fixed, broken, s["stage_s"]["rl"], dev, train))
+lines = [
+    "| loss_agg | RL seed | test EM after SFT | test EM after RL | fixed | broken | RL s | dev EM by version | train EM by version |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+]
+lines += [f"| {m} | {s} | {a:.2f}% | {b:.2f}% | {f} | {k} | {t:.0f} | {d} | {tr} |" for m, s, a, b, f, k, t, d, tr in rows]
 open(os.path.join(out, "ablation.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF
