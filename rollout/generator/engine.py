@@ -46,6 +46,7 @@ class Request:
     on_token: Optional[Callable[[Request], None]] = None  # after each unfinished token (streaming)
     priority: int = 0  # SGLang's: larger is admitted first; equal ones in arrival order
     computed: int = 0  # tokens of it whose KV a retract threw away: prefilled again on resume
+    weights: int = -1  # the engine's weight load its KV began under (set at its prefill)
     output_ids: List[int] = field(default_factory=list)
     logprobs: List[float] = field(default_factory=list)
     top_logprobs: List[List[Tuple[float, int]]] = field(default_factory=list)  # per output token
@@ -115,6 +116,7 @@ class Engine:
         self.reprefill_tokens = 0
         self._aborted: collections.OrderedDict = collections.OrderedDict()  # rid -> tokens computed
         self.prefix = PrefixCache(prefix_cache_tokens)
+        self._weights = 0  # counts weight loads: KV begun under an earlier count is never stored
         self.prefix_hit_tokens = 0  # prompt tokens whose KV came from the prefix cache, not a prefill
         self._step_lock = threading.RLock()  # held for a step and for every change of state
         self._cv = threading.Condition()  # guards the waiting queue, paused, stopping, _control_waiting
@@ -242,6 +244,7 @@ class Engine:
             if version is not None:
                 self.version = version
             self.prefix.clear()  # KV of other weights
+            self._weights += 1  # rows kept in place keep running, but their KV is not stored
         return len(named)
 
     def flush_prefix_cache(self) -> int:
@@ -351,7 +354,7 @@ class Engine:
             done_before = r.computed or self._aborted.pop(r.rid, 0)
             self.reprefill_tokens += max(0, min(done_before, len(ids)) - hit)
             self.prefix_hit_tokens += hit
-            r.computed = 0
+            r.computed, r.weights = 0, self._weights
             if hit:
                 by_len[len(ids)].remove(r)
                 hits.append((r, hit, layers))
@@ -479,6 +482,8 @@ class Engine:
         width = self._cache.layers[0].length  # rows are right-aligned: padding on the left
         for i in indices:
             r = self._rows[i]
+            if r.weights != self._weights:  # kept across a weight load (pause in_place): mixed KV
+                continue
             n = r.kv_tokens
             layers = [
                 (lay.keys[i, :, width - n :].clone(), lay.values[i, :, width - n :].clone())

@@ -5,6 +5,7 @@ suffix, with the log-probs of a cold prefill; any weight change empties it."""
 from __future__ import annotations
 
 import threading
+import time
 
 import torch
 
@@ -84,3 +85,33 @@ def test_off_by_default_and_a_prompt_equal_to_a_stored_sequence_still_computes_i
     assert len(cache) == 1 and cache.tokens == 40
     cache.insert([7] * 70, [(torch.zeros(2, 70, 8), torch.ones(2, 70, 8))])  # over budget: the oldest goes
     assert cache.tokens == 70 and cache.lookup(list(range(40)))[0] == 0
+
+
+def test_rows_kept_running_across_a_weight_load_leave_no_prefix(ref_model, h):
+    """pause(in_place) keeps rows running through a weight load; their KV mixes two versions,
+    so it must not become a prefix of the new weights."""
+    e = Engine(ref_model, eos_ids=[2], max_batch_size=8, max_context_len=4096, prefix_cache_tokens=4096).start()
+    try:
+        prompt = h.make_prompts(1, ref_model.config.vocab_size, seed=50, lo=30, hi=31)[0]
+        done, event = [], threading.Event()
+        g = torch.Generator()
+        g.manual_seed(1)
+        req = Request(
+            "kept",
+            prompt,
+            SamplingSpec(max_new_tokens=200, ignore_eos=True),
+            lambda r: (done.append(r), event.set()),
+            generator=g,
+        )
+        e.submit(req)
+        while len(req.output_ids) < 3:
+            time.sleep(0.005)
+        e.pause("in_place")
+        e.load_weights(list(ref_model.state_dict().items()), "1", complete=False)
+        e.resume()
+        assert event.wait(60) and req.spans[-1][0] == "1"  # finished under the new version
+        assert e.stats()["prefix_cache_tokens"] == 0
+        _run(e, [prompt])  # a row begun under the current weights is stored
+        assert e.stats()["prefix_cache_tokens"] > 0
+    finally:
+        e.stop()
