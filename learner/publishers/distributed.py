@@ -22,7 +22,7 @@ from areal_mem.net import free_port
 from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets
 
 from ..generator_admin import GeneratorAdmin
-from .base import PushResult, WeightPublisher
+from .base import Expected, PushResult, WeightPublisher
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class DistributedPublisher(WeightPublisher):
             raise
         fut.result()
 
-    def _pushed_fingerprints(self):
+    def _pushed_fingerprints(self) -> Optional[Expected]:
         """Fingerprinted per bucket during the push; from the host copy when the generators' dtypes
         were learnt only after it (they were unreachable before it)."""
         if self.expected is None and self.copy is not None and self.served is not None:
