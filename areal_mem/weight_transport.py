@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterable, Iterator, List, Sequence, Tuple
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -115,13 +115,19 @@ class WeightGroup:
         c10d._world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
         return cls(pg, rank, world_size, group_name, backend)
 
-    def broadcast_bucket(self, named: NamedTensors) -> None:
-        """Rank 0: send each tensor, in order (contiguous copies; on the group's device)."""
+    def broadcast_bucket(self, named: NamedTensors, meanwhile: Optional[Callable[[], None]] = None) -> None:
+        """Rank 0: send each tensor, in order (contiguous copies; on the group's device).
+        `meanwhile()` runs on this thread while they are on the wire (gloo's threads or NCCL's
+        stream move them): the publisher fingerprints the bucket there, read-only."""
         if self.rank != 0:
             raise RuntimeError("only rank 0 broadcasts weights")
         works = [dist.broadcast(t.detach().contiguous(), src=0, group=self.pg, async_op=True) for _, t in named]
-        for w in works:
-            w.wait()
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            for w in works:
+                w.wait()
 
     def receive_bucket(self, meta: BucketMeta, device: str | torch.device = "cpu") -> List[Tuple[str, torch.Tensor]]:
         """Rank > 0: receive the announced tensors, in order."""

@@ -14,11 +14,11 @@ every parameter, in 512 MiB buckets, into a running server; and the disk path (s
 safetensors checkpoint + /update_weights_from_disk) for comparison. For the tiny model and
 a ~100M-parameter Qwen2 built locally (random weights, no tokenizer needed). Median of 3.
 
-Verified pushes (`learner.publish.verify`): next to each push, what verifying it costs: the
-learner's fingerprints (per bucket after its broadcast, as the distributed publisher takes them;
-of the model's weights after a disk push), the server's `/weights_checker` answer (its own
-fingerprints, HTTP, JSON) and the comparison, which must find them equal; and the ratio to the
-push (median of the repeats' ratios).
+Verified pushes (`learner.publish.verify`): each repeat pushes once plainly and once verified,
+as the publishers do: the learner's fingerprints (per bucket while it is broadcast; of the
+model's weights after a disk push), the server's `/weights_checker` answer (its fingerprints,
+HTTP, JSON) and the comparison, which must find them equal. What verifying adds is the
+difference, and the ratio its median over the repeats, relative to the plain push.
 
     .venv/bin/python benchmarks/bench_generator.py [--requests 32] [--new-tokens 128] [--rounds 3]
         [--threads 1] [--skip-100m] [--push-only] [--push-repeats 3]
@@ -115,27 +115,48 @@ def sequential_throughput(model, prompts: List[List[int]], new_tokens: int) -> f
 
 @dataclass
 class PushTimes:
-    """Seconds of each repeat."""
+    """Seconds of each repeat: a plain push and, right after it, a verified one."""
 
     distributed: List[float]
-    distributed_verify: List[float]
+    distributed_verified: List[float]
     disk: List[float]
-    disk_verify: List[float]
+    disk_verified: List[float]
 
 
-async def verify_s(c: GeneratorClient, url: str, expected: Dict[str, str], learner_s: float) -> float:
-    """What `learner.publish.verify` adds to a push: the learner's fingerprints (`learner_s`, taken
-    per bucket), the generator's `/weights_checker` (its fingerprints + HTTP) and the comparison."""
-    t0 = time.perf_counter()
-    served = (await c.weight_checksums())[url]
-    if served != expected:
+async def check(c: GeneratorClient, url: str, expected: Dict[str, str]) -> None:
+    """The publisher's check: the server's `/weights_checker` fingerprints equal the pushed ones."""
+    if (await c.weight_checksums())[url] != expected:
         raise RuntimeError("the generator's fingerprints differ from the pushed weights")
-    return learner_s + time.perf_counter() - t0
 
 
 def push_times(url: str, model, tmp: str, repeats: int = 3) -> PushTimes:
     named = [(n, p.detach()) for n, p in model.named_parameters()]
     port = free_port()
+
+    async def distributed(c: GeneratorClient, group: WeightGroup, v: int, verify: bool) -> float:
+        t0 = time.perf_counter()
+        expected: Dict[str, str] = {}
+        for bucket in iter_buckets(named, BUCKET_BYTES):
+            meta = BucketMeta.of(bucket)
+            announce = asyncio.create_task(
+                c.update_weights_from_distributed(meta.names, meta.dtypes, meta.shapes, "bench", version=v)
+            )
+            # as the publisher does: the bucket is fingerprinted while it is on the wire
+            meanwhile = (lambda b=bucket: expected.update(fingerprints(b))) if verify else None
+            await asyncio.to_thread(group.broadcast_bucket, bucket, meanwhile)
+            await announce
+        if verify:
+            await check(c, url, expected)
+        return time.perf_counter() - t0
+
+    async def disk(c: GeneratorClient, v: int, verify: bool) -> float:
+        t0 = time.perf_counter()
+        path = os.path.join(tmp, f"ckpt-{v}")
+        await asyncio.to_thread(model.save_pretrained, path)
+        await c.update_weights_from_disk(path, v)
+        if verify:  # as the disk publisher does: the learner's weights after the export
+            await check(c, url, await asyncio.to_thread(fingerprints, named))
+        return time.perf_counter() - t0
 
     async def go():
         async with GeneratorClient([url], timeout_s=1800) as c:
@@ -143,52 +164,39 @@ def push_times(url: str, model, tmp: str, repeats: int = 3) -> PushTimes:
                 c.init_weights_update_group("127.0.0.1", port, group_name="bench"),
                 asyncio.to_thread(WeightGroup.join, "127.0.0.1", port, 2, 0, "bench", "gloo", 600.0),
             )
-            dist_s, dist_v, disk_s, disk_v = [], [], [], []
+            t = PushTimes([], [], [], [])
             for v in range(1, repeats + 1):
-                t0 = time.perf_counter()
-                expected, learner_s = {}, 0.0
-                for bucket in iter_buckets(named, BUCKET_BYTES):
-                    meta = BucketMeta.of(bucket)
-                    announce = asyncio.create_task(
-                        c.update_weights_from_distributed(meta.names, meta.dtypes, meta.shapes, "bench", version=v)
-                    )
-                    await asyncio.to_thread(group.broadcast_bucket, bucket)
-                    t1 = time.perf_counter()  # as the publisher does: each bucket fingerprinted after its broadcast
-                    expected.update(fingerprints(bucket))
-                    learner_s += time.perf_counter() - t1
-                    await announce
-                dist_s.append(time.perf_counter() - t0 - learner_s)
-                dist_v.append(await verify_s(c, url, expected, learner_s))
-                t0 = time.perf_counter()
-                path = os.path.join(tmp, f"ckpt-{v}")
-                await asyncio.to_thread(model.save_pretrained, path)
-                await c.update_weights_from_disk(path, 100 + v)
-                disk_s.append(time.perf_counter() - t0)
-                t1 = time.perf_counter()
-                expected = fingerprints(named)  # the disk publisher fingerprints the learner's weights
-                disk_v.append(await verify_s(c, url, expected, time.perf_counter() - t1))
+                t.distributed.append(await distributed(c, group, 4 * v, False))
+                t.distributed_verified.append(await distributed(c, group, 4 * v + 1, True))
+                t.disk.append(await disk(c, 4 * v + 2, False))
+                t.disk_verified.append(await disk(c, 4 * v + 3, True))
             group.close()
-            return PushTimes(dist_s, dist_v, disk_s, disk_v)
+            return t
 
     return asyncio.run(go())
 
 
 def push_rows(label: str, t: PushTimes) -> List[Tuple[str, str]]:
-    """Medians of the repeats; a ratio is the median of the repeats' ratios (each repeat's push
-    and verify ran back to back, under the same load)."""
+    """Medians of the repeats. What verifying costs is each repeat's verified push minus its plain
+    one (back to back, under the same load); the ratio is the median of those over the plain push."""
     m = statistics.median
 
-    def ratio(verify: List[float], push: List[float]) -> str:
-        ratios = [v / p for v, p in zip(verify, push)]
-        return f"{m(ratios):.2f} (repeats: {', '.join(f'{r:.2f}' for r in ratios)})"
+    def cost(verified: List[float], plain: List[float]) -> Tuple[str, str]:
+        ratios = [(v - p) / p for v, p in zip(verified, plain)]
+        added = m([v - p for v, p in zip(verified, plain)])
+        return f"{added:.3f}", f"{m(ratios):.2f} (repeats: {', '.join(f'{r:.2f}' for r in ratios)})"
 
+    dist_added, dist_ratio = cost(t.distributed_verified, t.distributed)
+    disk_added, disk_ratio = cost(t.disk_verified, t.disk)
     return [
         (f"distributed push, {label} (s)", f"{m(t.distributed):.3f}"),
-        ("  verify after it: learner + generator fingerprints, /weights_checker (s)", f"{m(t.distributed_verify):.3f}"),
-        ("  verify / distributed push", ratio(t.distributed_verify, t.distributed)),
+        ("  verified: + fingerprints during the broadcast, /weights_checker (s)", f"{m(t.distributed_verified):.3f}"),
+        ("  verify adds (s)", dist_added),
+        ("  verify adds / push", dist_ratio),
         ("disk push (save + /update_weights_from_disk), same model (s)", f"{m(t.disk):.3f}"),
-        ("  verify after it (s)", f"{m(t.disk_verify):.3f}"),
-        ("  verify / disk push", ratio(t.disk_verify, t.disk)),
+        ("  verified: + learner's fingerprints, /weights_checker (s)", f"{m(t.disk_verified):.3f}"),
+        ("  verify adds (s)", disk_added),
+        ("  verify adds / push", disk_ratio),
     ]
 
 

@@ -4,8 +4,9 @@ Rank 0 of the learner is rank 0 of a separate weight group whose other members
 are the generator servers (areal_mem.weight_transport does the group and the
 broadcast). Each bucket is announced with `/update_weights_from_distributed`
 while rank 0 broadcasts its tensors in the announced order. With verify on, each bucket
-is fingerprinted while it is on the device, right after its broadcast (a ZeRO-3 tensor is
-gathered only for its bucket, so it is never read twice).
+is fingerprinted on the device while its broadcast is on the wire (gloo's threads or NCCL's
+stream carry it; a ZeRO-3 tensor is gathered only for its bucket, so it is never read twice):
+the learner's half of the verification overlaps the transfer instead of adding to it.
 """
 
 from __future__ import annotations
@@ -76,26 +77,32 @@ class DistributedPublisher(WeightPublisher):
         for n, bucket in enumerate(iter_buckets(named, self.bucket_bytes)):
             if self.cfg.heal:  # on the host: a restarted generator gets exactly these weights
                 copy.append([(name, t.detach().to("cpu", copy=True)) for name, t in bucket])
+            pending = [bucket] if self.expected is not None else []
+
+            def fingerprint() -> None:  # while the bucket is on the wire (or after a failed send)
+                while pending:
+                    self.expected.update(self._fingerprint(pending.pop()))
+
             if not self.broken:
                 try:
-                    self._send(bucket, version)
+                    self._send(bucket, version, fingerprint)
                 except RuntimeError as e:  # GeneratorError, or the group lost a member
                     log.warning("weight push %d failed: %s", version, str(e).splitlines()[0])
                     self.broken = True
-            if self.expected is not None:
-                self.expected.update(self._fingerprint(bucket))
+            fingerprint()
             result.bytes += sum(t.numel() * t.element_size() for _, t in bucket)
             result.extra["buckets"] = n + 1
         if self.cfg.heal:
             self.copy = (version, copy)
 
-    def _send(self, bucket, version: int) -> None:
+    def _send(self, bucket, version: int, meanwhile=None) -> None:
+        """Announce and broadcast one bucket; `meanwhile()` runs while its tensors are on the wire."""
         meta = BucketMeta.of(bucket)
         fut = self.io.submit(
             self.client.update_weights_from_distributed(meta.names, meta.dtypes, meta.shapes, self.group_name, version)
         )
         try:
-            self.group.broadcast_bucket(bucket)
+            self.group.broadcast_bucket(bucket, meanwhile)
         except BaseException:
             fut.cancel()
             raise
