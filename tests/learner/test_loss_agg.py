@@ -112,6 +112,8 @@ def test_mismatch_metrics_rise_with_a_perturbed_generator(engine, tiny_model_dir
         stale = engine.train_step(rows, version=1)
         assert stale["mismatch_token_frac"] == 0.0 and "mismatch_logp_abs" not in stale
     same, bad = metrics["same"], metrics["perturbed"]
+    for name, m in metrics.items():  # the README's figures: pytest -s -k perturbed
+        print(name, {k: round(v, 9) for k, v in m.items() if k.startswith("mismatch")})
     assert same["mismatch_token_frac"] == 1.0 and bad["mismatch_token_frac"] == 1.0
     assert same["mismatch_logp_abs"] < 1e-4 and abs(same["mismatch_kl_seq"]) < 1e-3
     assert same["mismatch_capped_frac"] == 0.0
