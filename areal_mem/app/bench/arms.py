@@ -366,6 +366,7 @@ def arm_overrides(args, eta: int, decoupled: bool = True) -> List[str]:
         f"learner.loss.decoupled={str(decoupled).lower()}",
         f"learner.steps={args.steps}",
         "learner.checkpoint_interval=1000000",
+        "eval.interval=0",  # no evaluation beside training unless an arm measures it (`bench eval`)
     ]
 
 

@@ -49,6 +49,7 @@ SOAK_OVERRIDES = [
     "launcher.max_restarts=1000",
     "learner.steps=1000000",
     "rollout.tool_timeout_s=5",
+    "eval.interval=0",  # the soak counts groups through faults; no evaluation beside it
 ]
 _STORED = re.compile(r"group (\S+) stored: (\d+) trajectories")
 

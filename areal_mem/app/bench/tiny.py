@@ -18,6 +18,9 @@ TINY_RECIPE = [
     # an untrained tiny model's rewards are mostly all equal: train those groups' rows anyway,
     # so the tests run the learner's real forward and backward
     "learner.skip_zero_adv_groups=false",
+    # no evaluation beside training: a few steps' runs would spend their time starting it
+    # (tests/launch/test_eval_during_training.py turns it on)
+    "eval.interval=0",
 ]
 
 # configs/debug_gpu.yaml with its devices on the CPU (and a CPU-sized batch): what runs in CI
