@@ -35,7 +35,17 @@ SYNC = [
 ]
 TIMING = ("_s", "tokens_per_s")
 # learner statistics that the behaviour log-probs (the generator's arithmetic) reach
-NUMERICS = ("approx_kl_behav", "behav_weight", "loss", "pg_loss", "grad_norm", "entropy", "ratio")
+NUMERICS = (
+    "approx_kl_behav",
+    "behav_weight",
+    "loss",
+    "pg_loss",
+    "grad_norm",
+    "entropy",
+    "ratio",
+    "mismatch_logp_abs",
+    "mismatch_kl_seq",
+)
 
 
 def max_weight_diff(a, b) -> float:

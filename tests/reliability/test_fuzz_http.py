@@ -206,6 +206,18 @@ GENERATOR = {
     ),
     ("POST", "/flush_cache"): Route({}, {}, "ignored"),
     ("GET", "/flush_cache"): Route({}, {}, "ignored"),
+    ("POST", "/weights_checker"): Route(
+        {"action": "checksum"},
+        {
+            "action": not_(*STR) | st.text(max_size=8).filter(lambda s: s != "checksum"),
+            "allow_quant_error": not_(*BOOL),
+            "skip_tensor_list": not_(*LIST) | st.lists(not_(*STR), min_size=1, max_size=1),
+            "selector": not_(*STR) | st.text(max_size=6).filter(lambda s: s not in ("target", "draft", "all")),
+        },
+        "ignored",
+    ),
+    ("GET", "/weights_checker"): Route({}, {}, "ignored"),
+    ("HEAD", "/weights_checker"): NO_BODY,
     **{
         (m, p): NO_BODY
         for m in ("GET", "HEAD")
