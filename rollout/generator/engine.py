@@ -343,10 +343,7 @@ class Engine:
         join the running batch in one copy. Padding mixed lengths to the longest cost twice the
         tokens' own prefill here (attention is quadratic in the padded width); one more forward
         pass costs little. A group's first turn shares one prompt, so it stays one pass."""
-        by_len: dict = {}
-        for r in joiners:
-            by_len.setdefault(len(r.prompt_ids) + len(r.output_ids), []).append(r)
-        parts = []  # (rows, cache, length, first tokens)
+        by_len: dict = {}  # the joiners prefilled from scratch, by length
         hits = []  # (request, tokens from the prefix cache, their KV): prefilled one by one
         for r in joiners:
             ids = r.prompt_ids + r.output_ids
@@ -356,11 +353,11 @@ class Engine:
             self.prefix_hit_tokens += hit
             r.computed, r.weights = 0, self._weights
             if hit:
-                by_len[len(ids)].remove(r)
                 hits.append((r, hit, layers))
+            else:
+                by_len.setdefault(len(ids), []).append(r)
+        parts = []  # (rows, cache, length, first tokens)
         for n, rows in by_len.items():
-            if not rows:
-                continue
             self.prefill_tokens += n * len(rows)
             ids = torch.tensor([r.prompt_ids + r.output_ids for r in rows], device=self.device)
             pos = torch.arange(n, device=self.device).expand(len(rows), n)
