@@ -187,8 +187,19 @@ class TrainPipeline:
         rows = policy_snapshots.read_curve(self.cfg.run_dir)
         if not rows:
             return
-        keep = ("version", "step", "time", "em", "f1", "search_rate", "answer_copied_rate", "train_em")
-        self.results["eval_during"] = [{k: r[k] for k in (*keep, "pinned_fraction", "eval_s") if k in r} for r in rows]
+        keep = (
+            "version",
+            "step",
+            "time",
+            "em",
+            "f1",
+            "search_rate",
+            "answer_copied_rate",
+            "train_em",
+            "pinned_fraction",
+            "eval_s",
+        )
+        self.results["eval_during"] = [{k: r[k] for k in keep if k in r} for r in rows]
         print("[train] dev evaluation beside training:\n" + curve_table(rows), flush=True)
         png = plot_curve(rows, os.path.join(policy_snapshots.root(self.cfg.run_dir), "curve.png"))
         print(f"[train] dev curve: {png or 'no plot (pip install -e .[bench] for matplotlib)'}", flush=True)
