@@ -45,9 +45,11 @@ TOKENIZER_FILES = (
 )
 
 
-def deepspeed_config(cfg: LearnerConfig) -> dict:
-    """DeepSpeed's JSON config; torch's AdamW (`torch_adam`) so no CPU Adam op has to compile."""
-    return {
+def deepspeed_config(cfg: LearnerConfig, scheduler: Optional[dict] = None) -> dict:
+    """DeepSpeed's JSON config; torch's AdamW (`torch_adam`) so no CPU Adam op has to compile.
+
+    `scheduler` is a DeepSpeed `scheduler` section (SFT's decay); none keeps the rate constant."""
+    out = {
         "train_micro_batch_size_per_gpu": 1,  # rows per micro-batch vary; only the boundary matters
         "gradient_accumulation_steps": 1,
         "optimizer": {
@@ -65,6 +67,9 @@ def deepspeed_config(cfg: LearnerConfig) -> dict:
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
+    if scheduler is not None:
+        out["scheduler"] = scheduler
+    return out
 
 
 def forward_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -98,7 +103,7 @@ MicroLoss = Callable[
 class LearnerEngine:
     """The policy model on every rank; rank 0 also talks to the generators and the buffer."""
 
-    def __init__(self, model_path: str, cfg: LearnerConfig, seed: int = 0):
+    def __init__(self, model_path: str, cfg: LearnerConfig, seed: int = 0, scheduler: Optional[dict] = None):
         import deepspeed
 
         D.init_distributed()
@@ -115,7 +120,7 @@ class LearnerEngine:
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model,
             model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=deepspeed_config(cfg),
+            config=deepspeed_config(cfg, scheduler),
         )
         self.global_step = 0
 

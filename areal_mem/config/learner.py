@@ -15,6 +15,11 @@ class ProxMode(str, Enum):
     loglinear = "loglinear"  # interpolate behaviour and current log-probs by version (no pass)
 
 
+class LRSchedule(str, Enum):
+    constant = "constant"
+    cosine = "cosine"  # linear warm-up, then cosine decay to min_lr_ratio x lr (DeepSpeed's WarmupCosineLR)
+
+
 class CapMode(str, Enum):
     truncate = "truncate"  # clamp the behaviour weight at the cap
     mask = "mask"  # drop tokens (or sequences) whose weight exceeds the cap
@@ -102,6 +107,10 @@ class SFTConfig:
     epochs: int = 1
     batch_rows: int = 64  # contexts per optimiser step
     lr: float = 1e-4
+    # decaying the rate lets a short SFT end where a longer constant-rate one would (docs/debug_recipe.md)
+    lr_schedule: LRSchedule = LRSchedule.constant
+    warmup_steps: int = 0  # cosine: steps of linear warm-up from 0
+    min_lr_ratio: float = 0.0  # cosine: the rate at the last step, as a share of lr
     out_dir: str = ""  # empty: <run_dir>/sft/model (checkpoints in <run_dir>/sft/checkpoints)
     # `areal-mem train`: warm-start from oracle demonstrations of the synthetic world before RL.
     warm_start: bool = False
@@ -109,6 +118,12 @@ class SFTConfig:
     oracle_mistake_rate: float = 0.1  # share of scripted mistakes, so RL has room to improve
     # torch threads of the SFT stage of `areal-mem train`, which runs alone; 0: every core
     threads: int = 0
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 0:
+            raise ValueError(f"learner.sft.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"learner.sft.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
 
 
 @dataclass

@@ -100,3 +100,41 @@ def test_sft_reads_arrow_rows(tmp_path):
     feather.write_feather(table.drop(["loss_mask"]), str(tmp_path / "e.arrow"))
     with pytest.raises(SFTDataError, match="e.arrow: missing column"):
         read_rows(str(tmp_path / "e.arrow"))
+
+
+def test_sft_cosine_schedule_follows_deepspeed_warmup_cosine(tiny_model_dir, tmp_path):
+    """`learner.sft.lr_schedule: cosine`: linear warm-up from 0, then cosine decay to min_lr_ratio x lr.
+
+    12 steps, warm-up 4, lr 1e-2, floor 0.1: step k (1-based) uses DeepSpeed's ratio at iteration k-1."""
+    import math
+
+    data = tmp_path / "demos.jsonl"
+    data.write_text("\n".join(json.dumps(_row()) for _ in range(8)) + "\n")
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "areal_mem.app.cli", "sft", "--data", str(data), f"run_dir={run_dir}"]
+    cmd += [f"model.path={tiny_model_dir}", "learner.log_interval=1", "learner.sft.epochs=6"]
+    cmd += ["learner.sft.batch_rows=4", "learner.sft.lr=1e-2", "learner.sft.lr_schedule=cosine"]
+    cmd += ["learner.sft.warmup_steps=4", "learner.sft.min_lr_ratio=0.1"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    assert p.returncode == 0, p.stderr[-4000:]
+    rows = [json.loads(x) for x in open(run_dir / "metrics.jsonl")]
+    lrs = [r["lr"] for r in rows if r["kind"] == "sft"]
+
+    def expected(it):  # DeepSpeed WarmupCosineLR, linear warm-up over 4 iterations, 12 in all
+        if it < 4:
+            return 1e-2 * it / 4
+        progress = min(1.0, (it - 4 + 1) / (12 - 4))
+        return 1e-2 * (0.1 + 0.9 * (1 + math.cos(math.pi * progress)) / 2)
+
+    assert lrs == pytest.approx([expected(k) for k in range(12)], rel=1e-9)
+    assert lrs[0] == 0.0 and lrs[4] == pytest.approx(1e-2 * (0.1 + 0.9 * (1 + math.cos(math.pi / 8)) / 2))
+    assert lrs[-1] == pytest.approx(1e-3)
+
+
+def test_sft_schedule_keys_are_checked():
+    from areal_mem.config import ConfigError, load_run
+
+    with pytest.raises(ConfigError, match="learner.sft.min_lr_ratio must be in"):
+        load_run(overrides=["model.path=m", "learner.sft.min_lr_ratio=1.5"])
+    with pytest.raises(ConfigError, match="learner.sft.lr_schedule"):
+        load_run(overrides=["model.path=m", "learner.sft.lr_schedule=linear"])

@@ -18,6 +18,7 @@ BENCHES = {
     "scale": "areal_mem.app.bench.scale",
     "soak": "areal_mem.app.bench.soak",
     "eval": "areal_mem.app.bench.eval_overhead",
+    "seeds": "areal_mem.app.bench.seeds",
     "all": "areal_mem.app.bench.report",
 }
 

@@ -1,0 +1,50 @@
+"""Paired comparisons of two evaluations over the same questions: what changed, and a sign test.
+
+Two greedy evaluations of the same question list (before and after RL, or two workflows) are
+compared question by question; ties carry no information about which is better, so the test
+is the exact two-sided binomial test on the questions that changed (the sign test).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Dict, List, Tuple
+
+
+def read_results(path: str) -> Dict[str, float]:
+    """`results.jsonl` of `areal-mem eval` -> {question id: EM (0 or 1)}."""
+    out: Dict[str, float] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            row = json.loads(line)
+            if "id" not in row or "em" not in row:
+                raise ValueError(f"{path}:{n}: an eval result needs `id` and `em`")
+            out[str(row["id"])] = float(row["em"])
+    return out
+
+
+def fixed_broken(before: Dict[str, float], after: Dict[str, float]) -> Tuple[int, int]:
+    """Questions right only after (fixed) and right only before (broken); both must list the same ids."""
+    if before.keys() != after.keys():
+        missing = sorted(before.keys() ^ after.keys())[:5]
+        raise ValueError(f"the two evaluations cover different questions (e.g. {missing})")
+    fixed = sum(1 for q in before if after[q] > before[q])
+    broken = sum(1 for q in before if after[q] < before[q])
+    return fixed, broken
+
+
+def sign_test_p(wins: int, losses: int) -> float:
+    """Exact two-sided sign test: the chance of a split at least this uneven if both were equally likely."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    k = min(wins, losses)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def pooled(pairs: List[Tuple[int, int]]) -> Tuple[int, int, float]:
+    """Fixed and broken summed over independent runs, and the sign test of the sum."""
+    fixed, broken = sum(f for f, _ in pairs), sum(b for _, b in pairs)
+    return fixed, broken, sign_test_p(fixed, broken)

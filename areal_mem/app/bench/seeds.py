@@ -1,0 +1,153 @@
+"""`areal-mem bench seeds`: the whole recipe (`areal-mem train`) on several seeds, every run reported.
+
+One claim about learning needs several seeds: one SFT run of the tiny model lands anywhere in a
+wide range, and what RL adds depends on where it lands (docs/debug_recipe.md). Each seed runs
+from its own fresh run dir (`<run-dir>/s<seed>`, the world, model, SFT and RL all its own), one
+after the other so that each has the machine to itself and its stage times mean something. A
+seed whose `train_summary.json` exists is read, not rerun: the bench can run one seed per
+invocation and merge. The report has, per seed, the held-out test EM after SFT and after RL,
+the questions RL fixed and broke with a paired sign test, the dev curve beside training and
+the stage times; and the same pooled over seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import List
+
+from .arms import DEFAULT_CONFIG, parse_ints
+from .output import command_line, markdown_table, write_json
+from .paired import fixed_broken, pooled, read_results, sign_test_p
+
+HELP = "the whole train recipe on several seeds, each from a fresh run dir; SFT vs RL test EM, sign tests"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="the recipe (default configs/debug_cpu.yaml)")
+    parser.add_argument("--run-dir", default="runs/seeds", help="one run dir per seed (s<seed>) and the report")
+    parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds")
+    parser.add_argument(
+        "--report-dir", default="", help="also write seeds_<config name>.md/.json here (e.g. docs/reports)"
+    )
+    parser.add_argument("--collect-only", action="store_true", help="report the finished seeds; train none")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override for every seed")
+
+
+def seed_dir(args, seed: int) -> str:
+    return os.path.join(args.run_dir, f"s{seed}")
+
+
+def train_seed(args, seed: int) -> None:
+    run_dir = seed_dir(args, seed)
+    cmd = [sys.executable, "-m", "areal_mem.app.cli", "train", "--config", args.config]
+    cmd += [f"run_dir={run_dir}", f"seed={seed}", *args.overrides]
+    print(f"[bench seeds] seed {seed}: {' '.join(cmd[2:])}", flush=True)
+    t0 = time.monotonic()
+    rc = subprocess.run(cmd).returncode
+    if rc != 0:
+        raise SystemExit(f"areal-mem bench seeds: seed {seed} failed (exit {rc}); its logs are in {run_dir}/logs")
+    print(f"[bench seeds] seed {seed}: done in {time.monotonic() - t0:.0f} s", flush=True)
+
+
+def seed_result(run_dir: str, seed: int) -> dict:
+    with open(os.path.join(run_dir, "train_summary.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+    before = read_results(os.path.join(run_dir, "eval", "start", "results.jsonl"))
+    after = read_results(os.path.join(run_dir, "eval", "final", "results.jsonl"))
+    fixed, broken = fixed_broken(before, after)
+    curve = [c for c in summary.get("eval_during") or [] if "em" in c]
+    return {
+        "seed": seed,
+        "questions": len(before),
+        "sft_em": summary["eval_start"]["em"],
+        "rl_em": summary["eval_final"]["em"],
+        "fixed": fixed,
+        "broken": broken,
+        "p": sign_test_p(fixed, broken),
+        "turns": [summary["eval_start"].get("mean_turns"), summary["eval_final"].get("mean_turns")],
+        "dev_em": [c["em"] for c in curve],
+        "train_em": [c["train_em"] for c in curve if "train_em" in c],
+        "stage_s": summary["stage_s"],
+        "wall_s": summary["wall_s"],
+    }
+
+
+def report(results: List[dict], command: str) -> dict:
+    pairs = [(r["fixed"], r["broken"]) for r in results]
+    fixed, broken, p = pooled(pairs)
+    sft, rl = [r["sft_em"] for r in results], [r["rl_em"] for r in results]
+    return {
+        "command": command,
+        "seeds": results,
+        "pooled": {"fixed": fixed, "broken": broken, "p": p},
+        "mean": {"sft_em": statistics.mean(sft), "rl_em": statistics.mean(rl)},
+        "range": {"sft_em": [min(sft), max(sft)], "rl_em": [min(rl), max(rl)]},
+        "rl_above_sft": sum(1 for a, b in zip(sft, rl) if b > a),
+        "median_wall_s": statistics.median(r["wall_s"] for r in results),
+    }
+
+
+def markdown(rep: dict) -> str:
+    rows = []
+    for r in rep["seeds"]:
+        st = r["stage_s"]
+        curve = " / ".join(f"{x:.0f}" for x in r["dev_em"]) or "-"
+        rows.append(
+            [
+                r["seed"],
+                f"{r['sft_em']:.2f}%",
+                f"**{r['rl_em']:.2f}%**",
+                f"{r['rl_em'] - r['sft_em']:+.2f}",
+                f"{r['fixed']} / {r['broken']}",
+                f"{r['p']:.2g}",
+                curve,
+                f"{st.get('sft', 0):.0f} / {st.get('rl', 0):.0f}",
+                f"{r['wall_s'] / 60:.1f}",
+            ]
+        )
+    heads = ["seed", "test EM after SFT", "after RL", "change", "fixed / broken", "sign test p"]
+    heads += ["dev EM beside RL", "SFT s / RL s", "minutes"]
+    pool, mean, rng = rep["pooled"], rep["mean"], rep["range"]
+    lines = [
+        markdown_table(heads, rows),
+        "",
+        f"RL above SFT on {rep['rl_above_sft']} of {len(rep['seeds'])} seeds. Mean test EM "
+        f"{mean['sft_em']:.2f}% after SFT (range {rng['sft_em'][0]:.2f}-{rng['sft_em'][1]:.2f}), "
+        f"{mean['rl_em']:.2f}% after RL (range {rng['rl_em'][0]:.2f}-{rng['rl_em'][1]:.2f}). "
+        f"Pooled over seeds RL fixed {pool['fixed']} answers and broke {pool['broken']} "
+        f"(sign test p = {pool['p']:.2g}). Median wall time {rep['median_wall_s'] / 60:.1f} min.",
+        "",
+        f"`{rep['command']}`",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    seeds = parse_ints(args.seeds)
+    if not seeds:
+        raise SystemExit("areal-mem bench seeds: --seeds is empty")
+    done = []
+    for seed in seeds:
+        finished = os.path.exists(os.path.join(seed_dir(args, seed), "train_summary.json"))
+        if not finished and not args.collect_only:
+            train_seed(args, seed)
+            finished = True
+        if finished:
+            done.append(seed_result(seed_dir(args, seed), seed))
+    if not done:
+        raise SystemExit(f"areal-mem bench seeds: no finished seed under {args.run_dir}")
+    rep = report(done, command_line())
+    text = markdown(rep)
+    print(text)
+    name = "seeds_" + os.path.splitext(os.path.basename(args.config))[0]
+    for out in filter(None, [args.run_dir, args.report_dir]):
+        write_json(out, name, rep)
+        with open(os.path.join(out, f"{name}.md"), "w", encoding="utf-8") as f:
+            f.write(text)
+    return 0
