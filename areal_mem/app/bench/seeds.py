@@ -35,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report-dir", default="", help="also write seeds_<config name>.md/.json here (e.g. docs/reports)"
     )
+    parser.add_argument("--name", default="", help="report file name (default seeds_<config name>)")
     parser.add_argument("--collect-only", action="store_true", help="report the finished seeds; train none")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override for every seed")
 
@@ -145,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     rep = report(done, command_line())
     text = markdown(rep)
     print(text)
-    name = "seeds_" + os.path.splitext(os.path.basename(args.config))[0]
+    name = args.name or "seeds_" + os.path.splitext(os.path.basename(args.config))[0]
     for out in filter(None, [args.run_dir, args.report_dir]):
         write_json(out, name, rep)
         with open(os.path.join(out, f"{name}.md"), "w", encoding="utf-8") as f:
