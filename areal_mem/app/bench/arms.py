@@ -24,7 +24,9 @@ from areal_mem.config import ConfigError
 from areal_mem.process import cli_command
 
 # the checkout's recipe (configs/ is not packaged): areal_mem/app/bench/arms.py -> the repository root
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 3, "configs", "debug_cpu.yaml")
+DEFAULT_CONFIG = os.path.normpath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 3, "configs", "debug_cpu.yaml")
+)
 
 
 @dataclass
