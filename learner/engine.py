@@ -122,6 +122,11 @@ class LearnerEngine:
             model_parameters=[p for p in model.parameters() if p.requires_grad],
             config=deepspeed_config(cfg, scheduler),
         )
+        if scheduler is not None:
+            # DeepSpeed's schedulers start at iteration -1, where they set the rate to 0, and step
+            # after each optimiser step: step once so that step 1 runs at iteration 0 as the
+            # schedule defines it (a resumed run then loads the iteration from its checkpoint)
+            self.engine.lr_scheduler.step()
         self.global_step = 0
 
     # ---- forward passes ----
@@ -270,6 +275,10 @@ class LearnerEngine:
             return -logp * mask, {"nll": -logp.detach() * mask, "entropy": ent.detach() * mask}
 
         return self._optimizer_step(micro, loss_fn, [{}] * len(micro))
+
+    def lr(self) -> float:
+        """The rate the next optimiser step will use."""
+        return float(self.engine.get_lr()[0])
 
     # ---- weights out ----
     def named_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:

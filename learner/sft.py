@@ -62,11 +62,12 @@ def run_sft(cfg: RunConfig, rows: List[TrainRow], engine: Optional[LearnerEngine
         order = epoch_order(len(rows), cfg.seed, state.epoch)
         while state.groups_consumed < len(rows):
             idx = order[state.groups_consumed : state.groups_consumed + scfg.batch_rows]
+            lr = engine.lr()  # the rate of this step (the scheduler moves on inside it)
             m = engine.sft_step([rows[i] for i in idx])
             state.groups_consumed += len(idx)
             state.step += 1
             m["epoch"] = float(state.epoch)
-            m["lr"] = float(engine.engine.get_lr()[0])
+            m["lr"] = lr
             if engine.rank == 0 and state.step % cfg.learner.log_interval == 0:
                 log.log(state.step, m, prefix="sft")
             bar.update(1)

@@ -105,7 +105,8 @@ def test_sft_reads_arrow_rows(tmp_path):
 def test_sft_cosine_schedule_follows_deepspeed_warmup_cosine(tiny_model_dir, tmp_path):
     """`learner.sft.lr_schedule: cosine`: linear warm-up from 0, then cosine decay to min_lr_ratio x lr.
 
-    12 steps, warm-up 4, lr 1e-2, floor 0.1: step k (1-based) uses DeepSpeed's ratio at iteration k-1."""
+    12 steps, warm-up 4, lr 1e-2, floor 0.1: step k (1-based) uses DeepSpeed's ratio at iteration k-1;
+    `sft/lr` is the rate the step used."""
     import math
 
     data = tmp_path / "demos.jsonl"
@@ -129,6 +130,18 @@ def test_sft_cosine_schedule_follows_deepspeed_warmup_cosine(tiny_model_dir, tmp
     assert lrs == pytest.approx([expected(k) for k in range(12)], rel=1e-9)
     assert lrs[0] == 0.0 and lrs[4] == pytest.approx(1e-2 * (0.1 + 0.9 * (1 + math.cos(math.pi / 8)) / 2))
     assert lrs[-1] == pytest.approx(1e-3)
+
+    # without a warm-up the first step runs at the full rate (DeepSpeed alone would give it 0)
+    no_warmup = [c for c in cmd if not c.startswith("learner.sft.warmup_steps=")]
+    no_warmup[no_warmup.index(f"run_dir={run_dir}")] = f"run_dir={tmp_path / 'run0'}"
+    p = subprocess.run(
+        no_warmup, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-4000:]
+    lrs = [json.loads(x)["lr"] for x in open(tmp_path / "run0" / "metrics.jsonl") if '"sft"' in x]
+    # DeepSpeed's shortest warm-up is 2 iterations, here at the full rate (warmup_min_ratio 1)
+    decay = [1e-2 * (0.1 + 0.9 * (1 + math.cos(math.pi * min(1.0, (k - 1) / 10))) / 2) for k in range(2, 12)]
+    assert lrs == pytest.approx([1e-2, 1e-2, *decay], rel=1e-9)
 
 
 def test_sft_schedule_keys_are_checked():
