@@ -7,20 +7,19 @@ is the exact two-sided binomial test on the questions that changed (the sign tes
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Dict, List, Tuple
+
+from areal_mem.jsonl import iter_jsonl
 
 
 def read_results(path: str) -> Dict[str, float]:
     """`results.jsonl` of `areal-mem eval` -> {question id: EM (0 or 1)}."""
     out: Dict[str, float] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            row = json.loads(line)
-            if "id" not in row or "em" not in row:
-                raise ValueError(f"{path}:{n}: an eval result needs `id` and `em`")
-            out[str(row["id"])] = float(row["em"])
+    for where, row in iter_jsonl(path):
+        if not isinstance(row, dict) or "id" not in row or "em" not in row:
+            raise ValueError(f"{where}: an eval result needs `id` and `em`")
+        out[str(row["id"])] = float(row["em"])
     return out
 
 
