@@ -12,7 +12,12 @@ arrival order. What is left is the generator's arithmetic: a behaviour log-prob 
 a batch of another shape differs in the last bits (about 1e-8). It enters the behaviour weight
 exp(prox - behav) and through it the loss and the gradient, so those are compared to 1e-5 and
 the RL weights to 1e-6 (they were bit-identical in the runs measured, not always: one CI run
-saw behav_weight 0.99999992 against 1.0). Asynchronous runs (max_staleness > 0) are not
+saw behav_weight 0.99999992 against 1.0). The statistics of the gap between the learner's and
+the generator's log-probs (its mean absolute value per token, its sum per sequence, and the
+KL estimate against the behaviour policy) are that arithmetic itself: their values are last-bit
+noise (about 1e-7) and two runs may differ by as much as they measure (one CI run: a per
+sequence sum of 3.6e-7 against -7.2e-7). They are held to 1e-5 absolute, which still fails on
+any real mismatch (a different token or model moves them by 1e-2 and more). Asynchronous runs (max_staleness > 0) are not
 repeatable: which episodes finish before a weight push is timing (docs/debug_recipe.md)."""
 
 from __future__ import annotations
@@ -36,16 +41,15 @@ SYNC = [
 TIMING = ("_s", "tokens_per_s")
 # learner statistics that the behaviour log-probs (the generator's arithmetic) reach
 NUMERICS = (
-    "approx_kl_behav",
     "behav_weight",
     "loss",
     "pg_loss",
     "grad_norm",
     "entropy",
     "ratio",
-    "mismatch_logp_abs",
-    "mismatch_kl_seq",
 )
+# learner minus generator log-probs: pure last-bit noise when both run the same weights
+MISMATCH = ("approx_kl_behav", "mismatch_logp_abs", "mismatch_kl_seq")
 
 
 def max_weight_diff(a, b) -> float:
@@ -88,5 +92,7 @@ def test_two_synchronous_runs_with_one_seed_are_the_same(tmp_path):
                 continue
             if x["kind"] == "train" and key in NUMERICS:
                 assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-6), (x["step"], key)
+            elif x["kind"] == "train" and key in MISMATCH:
+                assert abs(x[key] - y[key]) <= 1e-5, (x["step"], key, x[key], y[key])
             else:
                 assert x[key] == y[key], (x["step"], key, x[key], y[key])
