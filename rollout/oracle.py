@@ -1,15 +1,18 @@
-"""A scripted oracle policy for the synthetic world: MemSearcher-format demonstrations for SFT.
+"""Scripted oracle policies for the synthetic world: demonstrations for SFT, one per workflow.
 
-The oracle is a generator (the same protocol as the real client), so the real
-MemSearcher workflow, tool and retriever produce the rows and the demonstrations
-have exactly the format RL will see. From the prompt it reads the question and
+An oracle is a generator (the same protocol as the real client), so the real
+workflow, tool and retriever produce the rows and the demonstrations have exactly
+the format RL will see. `OraclePolicy` writes MemSearcher's, `ReActOraclePolicy`
+ReAct's (`oracle_for` picks by workflow name), so two workflows compared after the
+same SFT recipe start from demonstrations of the same plan. From the prompt it reads the question and
 the memory; it knows each world question's supporting passages, searches their
 titles in order, keeps in the memory, as `Title: sentences`, only the sentences of
-each found passage that bear on the question (they name the answer or the bridge
-entity, or state a number for a comparison; the whole passage when none does), so
-a tiny model has little to copy, and answers in `\\boxed{}` once the memory holds
+each found passage that bear on the question (they name the answer, or the bridge
+entity outside the bridge's own passage, or state a number for a comparison; the
+whole passage when none does), so a tiny model has little to copy, and answers in `\\boxed{}` once the memory holds
 them all. With `mistake_rate` it searches a wrong title, forgets the new passage,
-or answers wrongly.
+or answers wrongly. The ReAct oracle follows the same plan, but what it has found is
+every passage in its growing context (ReAct keeps no memory, so it cannot forget).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class ContextView:
     memory: str
     phase: str  # "action" or "memory"
     responses: List[str]  # documents text of each tool response in the last user message
+    found: List[str]  # titles of the documents in every tool response of the context
 
 
 def read_context(text: str) -> ContextView:
@@ -52,6 +56,8 @@ def read_context(text: str) -> ContextView:
         memory=m.group(1).strip() if m else "",
         phase="memory" if memory_phase else "action",
         responses=[r.group(2) for r in _RESPONSE.finditer(last_user)],
+        # after the question: a prompt's instructions may show the tags themselves
+        found=[t for r in _RESPONSE.finditer(text, q.end() if q else 0) for t in split_documents(r.group(2))],
     )
 
 
@@ -65,10 +71,14 @@ def split_documents(docs_text: str) -> Dict[str, str]:
     return out
 
 
-def fact_sentences(text: str, task: Task) -> str:
+def fact_sentences(text: str, task: Task, title: str = "") -> str:
     """The sentences of a passage that bear on `task`: they hold a golden answer or the bridge
-    entity, or (comparisons) a number; the whole text when none does."""
-    keys = [a for a in task.golden_answers if a] + [b for b in [task.metadata.get("bridge")] if b]
+    entity, or (comparisons) a number; the whole text when none does. In the bridge entity's
+    own passage (`title`, the second hop) every sentence names the bridge, so there only the
+    answer's sentences are kept: the memory holds one fact per hop, and fewer names that a tiny
+    model could copy in place of the answer."""
+    bridge = task.metadata.get("bridge")
+    keys = [a for a in task.golden_answers if a] + ([bridge] if bridge and bridge != title else [])
     numbers = task.metadata.get("type") == "comparison"
     kept = [x for x in _SENTENCE_END.split(text) if any(k in x for k in keys) or (numbers and re.search(r"\d", x))]
     return " ".join(kept) or text
@@ -80,7 +90,12 @@ def search_call(query: str) -> str:
 
 
 class OraclePolicy:
-    """Implements `generate` like the generator client; log-probs 0.0 and version 0 (not sampled)."""
+    """MemSearcher's oracle. Implements `generate` like the generator client; log-probs 0.0 and
+    version 0 (not sampled)."""
+
+    workflow = "memsearcher"
+    ready = "The memory holds what I need."  # the thought before the answer
+    writes_memory = True  # a context ending at an assistant header after tool responses asks for the memory
 
     def __init__(
         self, tokenizer, tasks: List[Task], titles: Dict[str, str], mistake_rate: float = 0.0, seed: int = 0
@@ -107,14 +122,18 @@ class OraclePolicy:
     def _mistake(self, rng: random.Random) -> bool:
         return rng.random() < self.mistake_rate
 
+    def has(self, view: ContextView, title: str) -> bool:
+        """Whether the context already holds what passage `title` says: in MemSearcher, the memory."""
+        return f"{title}:" in view.memory
+
     def action(self, view: ContextView, rng: random.Random) -> str:
         task = self.tasks.get(view.question)
         if task is None:
             raise KeyError(f"the oracle has no task for question {view.question!r}")
-        missing = [t for t in self.plan(task) if f"{t}:" not in view.memory]
+        missing = [t for t in self.plan(task) if not self.has(view, t)]
         if not missing:
             answer = rng.choice(self.all_answers) if self._mistake(rng) else task.golden_answers[0]
-            return f" The memory holds what I need. </think> The answer is \\boxed{{{answer}}}."
+            return f" {self.ready} </think> The answer is \\boxed{{{answer}}}."
         title = rng.choice(self.all_titles) if self._mistake(rng) else missing[0]
         # The query keeps the space that precedes the title in the question and the thought:
         # byte-level BPE gives " Susvre" and "Susvre" different tokens, so with the space the
@@ -129,7 +148,7 @@ class OraclePolicy:
         query = query.strip() if query else query
         if query in docs and not self._mistake(rng):
             task = self.tasks.get(view.question)
-            text = fact_sentences(docs[query], task) if task else docs[query]
+            text = fact_sentences(docs[query], task, query) if task else docs[query]
             facts.append(f"{query}: {text}")
         elif not facts:
             facts.append("Nothing useful found yet.")
@@ -141,7 +160,7 @@ class OraclePolicy:
         text = decode(self.tokenizer, input_ids)
         view = read_context(text)
         rng = self.rng(rid or "")
-        if view.phase == "memory":
+        if self.writes_memory and view.phase == "memory":
             calls = re.findall(r"<tool_response>(.*?)\n", text.rpartition(IM_START + "user\n")[2])
             query = json.loads(calls[0])["arguments"].get("query") if calls else None
             out = self.memory(view, query, rng)
@@ -158,6 +177,33 @@ class OraclePolicy:
             matched_stop=self.im_end if finish == "stop" else None,
             prompt_tokens=len(input_ids),
         )
+
+
+class ReActOraclePolicy(OraclePolicy):
+    """ReAct's oracle: the same plan, searches and answers as MemSearcher's; a passage counts as
+    found once any tool response in the (growing) context holds it, and there is no memory to
+    write, so its mistakes are a wrong search or a wrong answer."""
+
+    workflow = "react"
+    ready = "The search results hold what I need."
+    writes_memory = False  # every request is an action, whatever the prompt's assistant prefix
+
+    def has(self, view: ContextView, title: str) -> bool:
+        return title in view.found
+
+
+ORACLES = {cls.workflow: cls for cls in (OraclePolicy, ReActOraclePolicy)}
+
+
+def oracle_for(workflow: str) -> type:
+    """The oracle class that writes demonstrations for the workflow named `workflow`."""
+    if workflow not in ORACLES:
+        raise ValueError(
+            f"no scripted oracle writes demonstrations for workflow {workflow!r} (oracles: "
+            f"{', '.join(sorted(ORACLES))}); give your own SFT data (areal-mem sft --data FILE) "
+            "or set learner.sft.warm_start=false"
+        )
+    return ORACLES[workflow]
 
 
 def corpus_titles(corpus_path: str) -> Dict[str, str]:

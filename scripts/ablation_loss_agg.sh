@@ -31,6 +31,7 @@ for seed in $SEEDS; do
 done
 $PY - "$OUT" <<'EOF'
 import json, os, sys
+from areal_mem.app.bench.paired import fixed_broken, read_results
 out = sys.argv[1]
 rows = []
 for name in sorted(os.listdir(out)):
@@ -38,10 +39,8 @@ for name in sorted(os.listdir(out)):
     if not os.path.exists(path):
         continue
     s = json.load(open(path))
-    fin = [json.loads(x) for x in open(os.path.join(out, name, "eval", "final", "results.jsonl"))]
-    sta = [json.loads(x) for x in open(os.path.join(out, name, "eval", "start", "results.jsonl"))]
-    fixed = sum(1 for a, b in zip(sta, fin) if b["em"] > a["em"])
-    broken = sum(1 for a, b in zip(sta, fin) if b["em"] < a["em"])
+    ev = os.path.join(out, name, "eval")
+    fixed, broken = fixed_broken(*(read_results(os.path.join(ev, t, "results.jsonl")) for t in ("start", "final")))
     mode, seed = name.rsplit("-s", 1)
     curve = s.get("eval_during") or [{}]
     dev = " / ".join(f"{c['em']:.0f}" for c in curve if "em" in c)

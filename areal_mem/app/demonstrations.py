@@ -13,12 +13,20 @@ from typing import Dict, List
 from transformers import AutoTokenizer
 
 from areal_mem.app.evaluation.services import retriever_service
-from areal_mem.config import RunConfig
+from areal_mem.config import ConfigError, RunConfig
 from areal_mem.data import read_tasks
 from retriever.client import RetrieverClient
-from rollout.oracle import OraclePolicy, corpus_titles, demonstrations
-from rollout.workflows import build_context
-from rollout.workflows.memsearcher import MemSearcherWorkflow
+from rollout.oracle import corpus_titles, demonstrations, oracle_for
+from rollout.workflows import build_context, build_workflow
+
+
+def oracle_class(cfg: RunConfig) -> type:
+    """The scripted oracle of `rollout.workflow` (by the built workflow's name, so a
+    `module:attribute` path to a built-in works too); a ConfigError naming the key when it has none."""
+    try:
+        return oracle_for(build_workflow(cfg.rollout.workflow).name)
+    except ValueError as e:
+        raise ConfigError(f"rollout.workflow={cfg.rollout.workflow!r}: {e}") from None
 
 
 def write_demonstrations(
@@ -31,18 +39,20 @@ def write_demonstrations(
     concurrency: int = 16,
     progress: bool = True,
 ) -> Dict[str, float]:
-    """Oracle demonstrations for the world's `split` with the rollout config's workflow settings."""
+    """Oracle demonstrations for the world's `split`, written by the oracle of `rollout.workflow`
+    through that workflow with the rollout config's settings."""
+    oracle = oracle_class(cfg)  # before any work: a workflow without one is refused
     tasks = read_tasks(os.path.join(cfg.world.dir, f"{split}.jsonl"))
     tasks = tasks[:limit] if limit else tasks
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
-    policy = OraclePolicy(
+    policy = oracle(
         tokenizer,
         tasks,
         corpus_titles(os.path.join(cfg.world.dir, "corpus.jsonl")),
         mistake_rate=mistake_rate,
         seed=seed,
     )
-    workflow = MemSearcherWorkflow()
+    workflow = build_workflow(cfg.rollout.workflow)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
 
     async def main(urls: List[str]) -> Dict[str, float]:

@@ -39,30 +39,44 @@ class TrainPipeline:
 
         require_publisher(cfg)  # before the stages that come first take their minutes
         self.cfg, self.evaluate = cfg, evaluate
+        if cfg.learner.sft.warm_start and not any(map(os.path.exists, (self.sft_config(), self.demos_path()))):
+            from .demonstrations import oracle_class
+
+            oracle_class(cfg)  # the warm start to come writes demonstrations: the workflow needs an oracle
         # Its own file: the learner rewrites <run_dir>/config.yaml with the service addresses of
         # the RL stage, which are gone by the final evaluation.
         self.config_path = save_resolved(cfg, os.path.join(cfg.run_dir, "train_config.yaml"))
         self.results: Dict[str, object] = {}
+        # stage times survive a resumed run, so its summary still says where the time went
+        self.stage_times = os.path.join(cfg.run_dir, "stage_s.json")
+        if os.path.exists(self.stage_times):
+            with open(self.stage_times, encoding="utf-8") as f:
+                self.results["stage_s"] = json.load(f)
+            self.results["resumed"] = True  # wall_s is then this invocation's only
 
     # ---- preparation ----
     def prepare(self) -> None:
         """The synthetic world, the tiny model and the world's index, where the recipe asks for
         them (`world.build`, `model.build`); a recipe on real data must name a built index."""
-        cfg = self.cfg
-        if cfg.world.build and not os.path.exists(os.path.join(cfg.world.dir, "manifest.json")):
+        cfg, w = self.cfg, self.cfg.world
+        types, attributes, chains = (
+            [t.value for t in w.question_types],
+            list(w.single_attributes),
+            list(w.bridge_chains),
+        )
+        if w.build and os.path.exists(os.path.join(w.dir, "manifest.json")):
+            from .world import check_built_world, world_filters
+
+            try:
+                check_built_world(w.dir, world_filters(types, attributes, chains))
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        elif w.build:
             from .world import build_world
 
-            log.info("building the synthetic world in %s", cfg.world.dir)
-            w = cfg.world
+            log.info("building the synthetic world in %s", w.dir)
             build_world(
-                w.dir,
-                w.seed,
-                w.passages,
-                w.questions,
-                w.dev_fraction,
-                w.test_fraction,
-                [t.value for t in w.question_types],
-                list(w.single_attributes),
+                w.dir, w.seed, w.passages, w.questions, w.dev_fraction, w.test_fraction, types, attributes, chains
             )
         if cfg.model.build and not os.path.exists(os.path.join(cfg.model.path, "config.json")):
             from .tiny_model import init_model
@@ -87,23 +101,34 @@ class TrainPipeline:
             cfg=cfg.retriever,
         )
 
+    def sft_model_dir(self) -> str:
+        return self.cfg.learner.sft.out_dir or os.path.join(self.cfg.run_dir, "sft", "model")
+
+    def sft_config(self) -> str:
+        return os.path.join(self.sft_model_dir(), "config.json")
+
+    def demos_path(self) -> str:
+        return os.path.join(self.cfg.run_dir, "sft", "demos.jsonl")
+
     def warm_start(self) -> str:
         """Oracle demonstrations + SFT; returns the model RL starts from."""
         cfg, sft = self.cfg, self.cfg.learner.sft
-        out = sft.out_dir or os.path.join(cfg.run_dir, "sft", "model")
+        out = self.sft_model_dir()
         if not sft.warm_start:
             return cfg.model.path
-        if os.path.exists(os.path.join(out, "config.json")):
+        if os.path.exists(self.sft_config()):
             return out
-        demos = os.path.join(cfg.run_dir, "sft", "demos.jsonl")
+        demos = self.demos_path()
         if not os.path.exists(demos):
             from areal_mem.app.demonstrations import write_demonstrations
 
+            start = time.time()
             stats = write_demonstrations(
                 cfg, demos, limit=sft.oracle_questions, mistake_rate=sft.oracle_mistake_rate, seed=cfg.seed
             )
             log.info("oracle demonstrations: %s", stats)
             self.results["oracle"] = stats
+            self.record_time("demos", start)
         threads = sft.threads or os.cpu_count() or 1
         self._run(
             "sft",
@@ -147,6 +172,7 @@ class TrainPipeline:
 
         final = os.path.join(self.cfg.run_dir, "final")
         if os.path.exists(os.path.join(final, "config.json")):
+            self.report_dev_curve()  # a resumed run's summary keeps the curve of its RL stage
             return final
         cfg = replace(self.cfg, model=replace(self.cfg.model, path=start_model))
         rl_config = save_resolved(cfg, os.path.join(cfg.run_dir, "rl_config.yaml"))
@@ -227,9 +253,15 @@ class TrainPipeline:
         self.record_time(name, start)
 
     def record_time(self, name: str, start: float) -> None:
-        """Record a stage's wall time in the summary (`stage_s`): where a run's time goes."""
+        """Record a stage's wall time in the summary (`stage_s`) and in `<run_dir>/stage_s.json`:
+        where a run's time goes, summed over the invocations of a resumed run."""
         seconds = time.time() - start
-        self.results.setdefault("stage_s", {})[name] = round(seconds, 1)
+        stages = self.results.setdefault("stage_s", {})
+        stages[name] = round(stages.get(name, 0.0) + seconds, 1)  # a resumed stage adds its time
+        tmp = self.stage_times + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(stages, f)
+        os.replace(tmp, self.stage_times)  # a crash mid-write leaves the last complete file
         print(f"[train] {name} done in {seconds:.0f}s", flush=True)
 
 

@@ -27,3 +27,6 @@ class WorldConfig:
     question_types: List[QuestionType] = field(default_factory=lambda: list(QuestionType))
     # single-hop questions ask only for these facts (`kind.attr`, e.g. person.occupation); empty: all
     single_attributes: List[str] = field(default_factory=list)
+    # bridge questions follow only these two-hop chains (`kind.link.attr`, e.g.
+    # person.birthplace.country: a person's birth city, then its country); empty: all
+    bridge_chains: List[str] = field(default_factory=list)

@@ -89,6 +89,18 @@ def turn_lengths(info: Dict[str, Any]) -> List[int]:
     return [int(n) for n in text.split(",")] if text else []
 
 
+def prefill_tokens(traj: Trajectory) -> int:
+    """The prompt tokens of every generation request of the episode, summed: what a generator
+    without a prefix cache prefills for it. Each generated span of a context was one request,
+    whose prompt was everything before the span (the workflows never generate twice in a row)."""
+    total = 0
+    for c in traj.contexts:
+        for i, m in enumerate(c.loss_mask):
+            if m and (i == 0 or not c.loss_mask[i - 1]):
+                total += c.prompt_len + i
+    return total
+
+
 def score_trajectory(traj: Trajectory, message: str, task: Task, ctx: WorkflowContext) -> Trajectory:
     """Set the reward from the final assistant `message` and the evaluation metrics in `info`."""
     answer = extract_boxed(message)

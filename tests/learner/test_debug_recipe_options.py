@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from areal_mem.app.world import build_world
+from areal_mem.app.world import build_world, check_built_world, world_filters
 from areal_mem.app.world.entities import OCCUPATIONS
 from areal_mem.config import load_config, load_run
 from areal_mem.data.task import Task
@@ -52,9 +52,43 @@ def test_default_world_is_unchanged_by_the_filters(tmp_path):
         questions=150,
         question_types=["single", "bridge", "comparison"],
         single_attributes=[],
+        bridge_chains=[],
     )
     assert a["sha256"] == b["sha256"]
     assert a["questions"]["train"]["bridge"] > 0 and a["questions"]["train"]["comparison"] > 0
+
+
+def test_bridge_chains_keep_only_the_chosen_chains(tmp_path):
+    chains = ["person.birthplace.country", "org.headquarters.country"]
+    m = build_world(str(tmp_path), seed=1, passages=400, questions=300, question_types=["bridge"], bridge_chains=chains)
+    assert m["questions"]["train"]["bridge"] == m["questions"]["train"]["total"] > 0
+    corpus = {r["id"]: r["contents"] for r in _rows(tmp_path / "corpus.jsonl")}
+    for split in ("train", "dev", "test"):
+        for q in _rows(tmp_path / f"{split}.jsonl"):
+            first, second = (corpus[i] for i in q["supporting_ids"])
+            # first hop names the bridge, a city; second hop (the city's passage) names the country
+            assert q["type"] == "bridge" and q["bridge"] in first and q["golden_answers"][0] in second
+            assert "country" in q["question"] and "city" in second
+    with pytest.raises(ValueError, match="world.bridge_chains.*person.birthplace.height"):
+        build_world(str(tmp_path / "x"), passages=100, questions=20, bridge_chains=["person.birthplace.height"])
+    with pytest.raises(ValueError, match="world.bridge_chains is .* has no bridge"):
+        build_world(str(tmp_path / "y"), passages=100, questions=20, question_types=["single"], bridge_chains=chains)
+
+
+def test_a_built_world_is_checked_against_the_filters_asked_for(tmp_path):
+    """A run that finds a world built must not train on other questions than its config names."""
+    chains = ["person.birthplace.country"]
+    m = build_world(str(tmp_path), seed=1, passages=200, questions=60, bridge_chains=chains)
+    assert m["filters"] == {
+        "question_types": ["bridge", "comparison", "single"],
+        "single_attributes": [],
+        "bridge_chains": chains,
+    }
+    check_built_world(str(tmp_path), world_filters(["single", "bridge", "comparison"], [], chains))  # the same
+    with pytest.raises(ValueError, match=r"world.bridge_chains: the world in .* was built with \['person"):
+        check_built_world(str(tmp_path), world_filters(["single", "bridge", "comparison"], [], []))
+    with pytest.raises(ValueError, match="world.question_types"):
+        check_built_world(str(tmp_path), world_filters(["single"], [], chains))
 
 
 def test_bad_filters_name_the_key(tmp_path):
@@ -78,6 +112,12 @@ def test_fact_sentences_keep_what_the_question_needs():
         {"type": "bridge", "bridge": "Orra Guild"},
     )
     assert fact_sentences(text, bridge) == "She worked for Orra Guild for many years."
+    # the second hop, the bridge's own passage: every sentence names it; the answer's one is kept
+    org = "Orra Guild is a guild founded in 1820 by Bo Tarr. Orra Guild is headquartered in Kest."
+    assert fact_sentences(org, bridge, "Orra Guild") == "Orra Guild is a guild founded in 1820 by Bo Tarr."
+    where = Task("q", "Where is the employer of Ada Lind?", ["Kest"], {"type": "bridge", "bridge": "Orra Guild"})
+    assert fact_sentences(org, where, "Orra Guild") == "Orra Guild is headquartered in Kest."
+    assert fact_sentences(org, where) == org  # not told it is the bridge's passage: both name it
     comparison = Task("q", "Who was born first, Ada Lind or Cy Op?", ["Cy Op"], {"type": "comparison"})
     assert fact_sentences(text, comparison) == "Ada Lind (born 1901) is a poet from Kest."
     unrelated = Task("q", "Where is Zed?", ["Zed City"], {"type": "single"})

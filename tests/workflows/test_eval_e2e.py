@@ -22,7 +22,10 @@ FIELDS = {
     "search_rate",
     "golden_in_search_rate",
     "answer_copied_rate",
+    "mean_prefill_tokens",
+    "peak_context_tokens",
     "context_tokens_by_turn",
+    "by_type",
     "end_reasons",
 }
 
@@ -64,6 +67,22 @@ def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, c
         assert first["turn"] == 0 and first["episodes"] == 20
         assert first["max"] == max(r["context_tokens"][0] for r in records)
         assert sum(summary["end_reasons"].values()) == 20
+        assert summary["peak_context_tokens"] == max(max(r["context_tokens"]) for r in records)
+        assert summary["mean_prefill_tokens"] == round(sum(r["prefill_tokens"] for r in records) / 20, 1)
+        # the world's questions carry their type: EM by type weighs back to the whole
+        types = summary["by_type"]
+        assert sum(t["questions"] for t in types.values()) == 20 and set(types) <= {"single", "bridge", "comparison"}
+        assert round(sum(t["em"] * t["questions"] for t in types.values()) / 20, 2) == pytest.approx(summary["em"])
+        # where a two-hop chain broke: first hop's passage found (bridge questions only), second's
+        for qtype, t in types.items():
+            rs = [r for r in records if r["type"] == qtype]
+            assert all(("first_hop_in_search" in r) == (qtype == "bridge") for r in rs)
+            assert t["golden_in_search_rate"] == round(100 * sum(r["golden_in_search"] for r in rs) / len(rs), 2)
+            if qtype == "bridge":
+                rate = round(100 * sum(r["first_hop_in_search"] for r in rs) / len(rs), 2)
+                assert t["first_hop_in_search_rate"] == rate
+            else:
+                assert "first_hop_in_search_rate" not in t
         for r in records:  # every context's response only when asked for (react here)
             assert ("responses" in r) == (method == "react")
             if method == "react":

@@ -27,3 +27,18 @@ def test_search_provenance_reads_only_the_injected_text(tokenizer):
     assert search_provenance(wrong, task, decode) == {"golden_in_search": True, "answer_in_search": True}
     silent = _traj(tokenizer, "search", "Ana was a poet.", "")
     assert search_provenance(silent, task, decode) == {"golden_in_search": True, "answer_in_search": False}
+
+
+def test_first_hop_is_a_passage_naming_the_bridge_other_than_its_own(tokenizer):
+    """A bridge question's first hop finds the passage that links to the bridge entity; the bridge's
+    own passage (titled with its name, the second hop) names it too but does not count."""
+    task = Task("q", "In which country was Ana born?", ["Kest"], {"type": "bridge", "bridge": "Vell"})
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+    first = '<tool_response>\n"Ana"\nAna was born in Vell.\n"Bo"\nBo is a poet.\n</tool_response>'
+    second = '<tool_response>\n"Vell"\nVell is a city in Kest.\n</tool_response>'
+    both = search_provenance(_traj(tokenizer, "search", first + second, "Kest"), task, decode)
+    assert both == {"golden_in_search": True, "answer_in_search": True, "first_hop_in_search": True}
+    only_second = search_provenance(_traj(tokenizer, "search", second, "Kest"), task, decode)
+    assert only_second == {"golden_in_search": True, "answer_in_search": True, "first_hop_in_search": False}
+    only_first = search_provenance(_traj(tokenizer, "search", first, "Vell"), task, decode)
+    assert only_first == {"golden_in_search": False, "answer_in_search": True, "first_hop_in_search": True}

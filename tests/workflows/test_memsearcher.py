@@ -6,7 +6,7 @@ import asyncio
 
 from areal_mem.buffer.schema import group_to_table
 from areal_mem.trajectory import Group
-from rollout.workflows.base import run_episode, turn_lengths
+from rollout.workflows.base import prefill_tokens, run_episode, turn_lengths
 from rollout.workflows.memsearcher import MemSearcherWorkflow
 from rollout.workflows.tokens import packaged_prompt
 
@@ -70,6 +70,7 @@ def test_search_then_answer_rows_are_exact(tokenizer, scripted, make_ctx, task, 
     assert c1.loss_mask == [1] * len(a2) and c1.behav_logp == r[2].logprobs
     # the generator saw exactly these contexts, with the released stops and limits
     assert [c["input_ids"] for c in gen.calls] == [p0, p0 + a1 + injected, p1]
+    assert prefill_tokens(traj) == len(p0) + len(p0 + a1 + injected) + len(p1)
     assert all(c["sampling"].stop_token_ids == [im_end, im_start] for c in gen.calls)
     assert [c["sampling"].max_new_tokens for c in gen.calls] == [512, 512, 512]
     assert {c["sticky_key"] for c in gen.calls} == {"t0"}

@@ -1,16 +1,19 @@
-"""The scripted oracle: MemSearcher demonstrations through the real workflow, tool and retriever."""
+"""The scripted oracles: MemSearcher and ReAct demonstrations through the real workflow, tool and retriever."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from areal_mem.app.demonstrations import write_demonstrations
-from areal_mem.config import load_run
+from areal_mem.config import ConfigError, load_run
 from learner.sft_data import read_rows
-from rollout.oracle import read_context, split_documents
+from rollout.oracle import corpus_titles, read_context, split_documents
+from rollout.workflows.react import ReActWorkflow
 
 
-def _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path):
+def _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path, workflow="memsearcher"):
     return load_run(
         [],
         [
@@ -19,6 +22,7 @@ def _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path):
             f"run_dir={tmp_path}",
             f"retriever.urls=[{retriever_url}]",
             "rollout.prompt_style=short",
+            f"rollout.workflow={workflow}",
         ],
     )
 
@@ -32,6 +36,7 @@ def test_read_context_and_documents():
     )
     view = read_context(text)
     assert (view.question, view.memory, view.phase) == ("Who?", "A: b.", "memory")
+    assert view.found == ["T1", "T2"]
     assert split_documents(view.responses[0]) == {"T1": "Text one.", "T2": "Text two."}
     assert read_context(text.rpartition("<|im_start|>user")[0]).phase == "action"
 
@@ -94,3 +99,72 @@ def test_oracle_demonstrations_do_not_depend_on_concurrency(world_dir, tiny_mode
         write_demonstrations(cfg, str(out), limit=40, mistake_rate=0.3, seed=5, concurrency=concurrency, progress=False)
         outs.append(sorted(out.read_text().splitlines()))
     assert outs[0] == outs[1] and len(outs[0]) >= 40
+
+
+def _searches(row, tok):
+    text = tok.decode(row["input_ids"][row["prompt_len"] :])
+    return [
+        json.loads(c.split("\n</tool_call>")[0])["arguments"]["query"].strip() for c in text.split("<tool_call>\n")[1:]
+    ]
+
+
+def test_react_oracle_follows_the_same_plan_in_one_growing_context(world_dir, tiny_model_dir, retriever_url, tmp_path):
+    """ReAct's demonstrations: one context row per question, every hop searched (or already in a
+    tool response of the context), the right answer; the same searches as MemSearcher's oracle
+    except a title that an earlier search already returned."""
+    from transformers import AutoTokenizer
+
+    from areal_mem.data import read_tasks
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    rows = {}
+    for workflow in ("memsearcher", "react"):
+        out = str(tmp_path / f"{workflow}.jsonl")
+        stats = write_demonstrations(
+            _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path, workflow),
+            out,
+            limit=16,
+            mistake_rate=0.0,
+            progress=False,
+        )
+        assert stats["questions"] == 16 and stats["em"] == 1.0
+        rows[workflow] = [json.loads(line) for line in open(out)]
+    react = rows["react"]
+    assert len(react) == 16 and all(r["is_final"] for r in react)
+    assert len(rows["memsearcher"]) > 16
+    tasks = {t.id: t for t in read_tasks(f"{world_dir}/train.jsonl")}
+    titles = corpus_titles(f"{world_dir}/corpus.jsonl")
+    multi = 0
+    for r in react:
+        task = tasks[r["group_id"]]
+        searched = _searches(r, tok)
+        # before its answer, the context holds every supporting passage, and it searched for them
+        view = read_context(tok.decode(r["input_ids"]).rpartition("The search results hold")[0])
+        assert {titles[pid] for pid in task.metadata["supporting_ids"]} <= set(view.found)
+        assert searched and searched[0] == titles[task.metadata["supporting_ids"][0]]
+        ms = [s for m in rows["memsearcher"] if m["group_id"] == r["group_id"] for s in _searches(m, tok)]
+        assert set(searched) <= set(ms) and searched == [s for s in ms if s in searched]
+        multi += len(ms) > 1
+        assert f"\\boxed{{{task.golden_answers[0]}}}" in tok.decode(r["input_ids"])
+        # generated spans: one per search and the answer; the tool responses between are masked
+        spans = sum(1 for i, m in enumerate(r["loss_mask"]) if m and (i == 0 or not r["loss_mask"][i - 1]))
+        assert spans == len(searched) + 1
+    assert multi > 0  # the sample holds multi-hop questions
+
+
+class CalcWorkflow(ReActWorkflow):
+    name = "calc"
+
+
+def test_oracles_are_found_by_the_workflows_name(world_dir, tiny_model_dir, retriever_url, tmp_path):
+    """A path to a built-in workflow finds its oracle; a plugin workflow without one is refused by name."""
+    from areal_mem.app.demonstrations import oracle_class
+    from rollout.oracle import ReActOraclePolicy
+
+    path = _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path, "rollout.workflows.react:ReActWorkflow")
+    assert oracle_class(path) is ReActOraclePolicy
+    cfg = _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path, f"{__name__}:CalcWorkflow")
+    with pytest.raises(
+        ConfigError, match="rollout.workflow=.*no scripted oracle writes demonstrations for workflow 'calc'"
+    ):
+        write_demonstrations(cfg, str(tmp_path / "x.jsonl"), limit=1, progress=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rollout.workflows.base import turn_lengths
+from rollout.workflows.base import prefill_tokens, turn_lengths
 from rollout.workflows.react import ReActWorkflow
 from rollout.workflows.tokens import packaged_prompt
 
@@ -38,6 +38,8 @@ def test_react_search_then_answer(tokenizer, scripted, make_ctx, task, retriever
     assert gen.calls[1]["input_ids"] == p + a1 + injected
     assert turn_lengths(traj.info) == [len(p + a1), len(c.input_ids)]
     assert traj.reward == 1.0 and traj.info["num_turns"] == 2
+    # every turn prefills the whole history again
+    assert prefill_tokens(traj) == len(p) + len(p + a1 + injected) == sum(len(x["input_ids"]) for x in gen.calls)
 
 
 def test_react_turn_limit_and_growth(scripted, make_ctx, task):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import importlib
 
-HELP = "system benchmarks: async vs sync, memory vs ReAct, staleness, scale, soak; `all` writes the report"
+HELP = (
+    "system benchmarks: async vs sync, memory vs ReAct, staleness, scale, soak, seeds, paper; `all` writes the report"
+)
 BENCHES = {
     "async": "areal_mem.app.bench.asynchrony",
     "memory": "areal_mem.app.bench.memory",
@@ -19,6 +21,7 @@ BENCHES = {
     "soak": "areal_mem.app.bench.soak",
     "eval": "areal_mem.app.bench.eval_overhead",
     "seeds": "areal_mem.app.bench.seeds",
+    "paper": "areal_mem.app.bench.paper",
     "all": "areal_mem.app.bench.report",
 }
 

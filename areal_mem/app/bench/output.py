@@ -36,6 +36,15 @@ def write_json(run_dir: str, name: str, data: dict) -> str:
     return path
 
 
+def write_report(out_dirs: Sequence[str], name: str, data: dict, text: str) -> None:
+    """`<dir>/<name>.json` and `<dir>/<name>.md` in every non-empty folder of `out_dirs` (the run
+    dir, and e.g. docs/reports)."""
+    for out in filter(None, out_dirs):
+        write_json(out, name, data)
+        with open(os.path.join(out, f"{name}.md"), "w", encoding="utf-8") as f:
+            f.write(text)
+
+
 def read_json(run_dir: str, name: str) -> Optional[dict]:
     path = os.path.join(run_dir, f"{name}.json")
     if not os.path.exists(path):

@@ -8,18 +8,20 @@ is the exact two-sided binomial test on the questions that changed (the sign tes
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from areal_mem.jsonl import iter_jsonl
 
 
-def read_results(path: str) -> Dict[str, float]:
-    """`results.jsonl` of `areal-mem eval` -> {question id: EM (0 or 1)}."""
+def read_results(path: str, qtype: Optional[str] = None) -> Dict[str, float]:
+    """`results.jsonl` of `areal-mem eval` -> {question id: EM (0 or 1)}; with `qtype`, only the
+    questions of that `type` (the world's single | bridge | comparison)."""
     out: Dict[str, float] = {}
     for where, row in iter_jsonl(path):
         if not isinstance(row, dict) or "id" not in row or "em" not in row:
             raise ValueError(f"{where}: an eval result needs `id` and `em`")
-        out[str(row["id"])] = float(row["em"])
+        if qtype is None or row.get("type") == qtype:
+            out[str(row["id"])] = float(row["em"])
     return out
 
 
@@ -31,6 +33,13 @@ def fixed_broken(before: Dict[str, float], after: Dict[str, float]) -> Tuple[int
     fixed = sum(1 for q in before if after[q] > before[q])
     broken = sum(1 for q in before if after[q] < before[q])
     return fixed, broken
+
+
+def compare_results(before: str, after: str, qtype: Optional[str] = None) -> Tuple[int, int, float]:
+    """Two `results.jsonl` files over the same questions (only `qtype`'s, if given): fixed,
+    broken and the sign test; ValueError when they cover different questions."""
+    fixed, broken = fixed_broken(read_results(before, qtype), read_results(after, qtype))
+    return fixed, broken, sign_test_p(fixed, broken)
 
 
 def sign_test_p(wins: int, losses: int) -> float:

@@ -19,11 +19,11 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import List
+from typing import List, Sequence
 
 from .arms import DEFAULT_CONFIG, parse_ints
-from .output import command_line, markdown_table, write_json
-from .paired import fixed_broken, pooled, read_results, sign_test_p
+from .output import command_line, markdown_table, write_report
+from .paired import compare_results, pooled, read_results
 
 HELP = "the whole train recipe on several seeds, each from a fresh run dir; SFT vs RL test EM, sign tests"
 
@@ -31,7 +31,9 @@ HELP = "the whole train recipe on several seeds, each from a fresh run dir; SFT 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="the recipe (default configs/debug_cpu.yaml)")
     parser.add_argument("--run-dir", default="runs/seeds", help="one run dir per seed (s<seed>) and the report")
-    parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds")
+    parser.add_argument(
+        "--seeds", default="0,1,2,3,4", help="comma-separated seeds to run; the report has every finished one"
+    )
     parser.add_argument(
         "--report-dir", default="", help="also write seeds_<config name>.md/.json here (e.g. docs/reports)"
     )
@@ -44,33 +46,56 @@ def seed_dir(args, seed: int) -> str:
     return os.path.join(args.run_dir, f"s{seed}")
 
 
-def train_seed(args, seed: int) -> None:
-    run_dir = seed_dir(args, seed)
-    cmd = [sys.executable, "-m", "areal_mem.app.cli", "train", "--config", args.config]
-    cmd += [f"run_dir={run_dir}", f"seed={seed}", *args.overrides]
-    print(f"[bench seeds] seed {seed}: {' '.join(cmd[2:])}", flush=True)
+def train_run(configs: Sequence[str], run_dir: str, seed: int, overrides: Sequence[str], label: str) -> None:
+    """`areal-mem train` of one seed in its own run dir, as a child process (the stages' own)."""
+    cmd = [sys.executable, "-m", "areal_mem.app.cli", "train"]
+    for config in configs:
+        cmd += ["--config", config]
+    cmd += [f"run_dir={run_dir}", f"seed={seed}", *overrides]
+    print(f"[bench] {label}: {' '.join(cmd[2:])}", flush=True)
     t0 = time.monotonic()
     rc = subprocess.run(cmd).returncode
     if rc != 0:
-        raise SystemExit(f"areal-mem bench seeds: seed {seed} failed (exit {rc}); its logs are in {run_dir}/logs")
-    print(f"[bench seeds] seed {seed}: done in {time.monotonic() - t0:.0f} s", flush=True)
+        raise SystemExit(f"areal-mem bench: {label} failed (exit {rc}); its logs are in {run_dir}/logs")
+    print(f"[bench] {label}: done in {time.monotonic() - t0:.0f} s", flush=True)
+
+
+def finished(run_dir: str) -> bool:
+    return os.path.exists(os.path.join(run_dir, "train_summary.json"))
+
+
+def finished_seeds(root: str) -> List[int]:
+    """The seeds with a finished run under `root` (`s<seed>/train_summary.json`): a bench run for
+    one seed reports it together with those finished before."""
+    if not os.path.isdir(root):
+        return []
+    names = [n for n in os.listdir(root) if n[:1] == "s" and n[1:].isdigit()]
+    return sorted(int(n[1:]) for n in names if finished(os.path.join(root, n)))
+
+
+def read_summary(run_dir: str) -> dict:
+    """`train_summary.json`, with `wall_s` the run's: a resumed run's own is its last invocation's
+    only, so there it is the sum of the stage times (kept across invocations)."""
+    with open(os.path.join(run_dir, "train_summary.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+    if summary.get("resumed"):
+        summary["wall_s"] = round(sum(summary["stage_s"].values()), 1)
+    return summary
 
 
 def seed_result(run_dir: str, seed: int) -> dict:
-    with open(os.path.join(run_dir, "train_summary.json"), encoding="utf-8") as f:
-        summary = json.load(f)
-    before = read_results(os.path.join(run_dir, "eval", "start", "results.jsonl"))
-    after = read_results(os.path.join(run_dir, "eval", "final", "results.jsonl"))
-    fixed, broken = fixed_broken(before, after)
+    summary = read_summary(run_dir)
+    before = os.path.join(run_dir, "eval", "start", "results.jsonl")
+    fixed, broken, p = compare_results(before, os.path.join(run_dir, "eval", "final", "results.jsonl"))
     curve = [c for c in summary.get("eval_during") or [] if "em" in c]
     return {
         "seed": seed,
-        "questions": len(before),
+        "questions": len(read_results(before)),
         "sft_em": summary["eval_start"]["em"],
         "rl_em": summary["eval_final"]["em"],
         "fixed": fixed,
         "broken": broken,
-        "p": sign_test_p(fixed, broken),
+        "p": p,
         "turns": [summary["eval_start"].get("mean_turns"), summary["eval_final"].get("mean_turns")],
         "dev_em": [c["em"] for c in curve],
         "train_em": [c["train_em"] for c in curve if "train_em" in c],
@@ -133,22 +158,16 @@ def run(args: argparse.Namespace) -> int:
     seeds = parse_ints(args.seeds)
     if not seeds:
         raise SystemExit("areal-mem bench seeds: --seeds is empty")
-    done = []
     for seed in seeds:
-        finished = os.path.exists(os.path.join(seed_dir(args, seed), "train_summary.json"))
-        if not finished and not args.collect_only:
-            train_seed(args, seed)
-            finished = True
-        if finished:
-            done.append(seed_result(seed_dir(args, seed), seed))
+        run_dir = seed_dir(args, seed)
+        if not finished(run_dir) and not args.collect_only:
+            train_run([args.config], run_dir, seed, args.overrides, f"seed {seed}")
+    done = [seed_result(seed_dir(args, s), s) for s in finished_seeds(args.run_dir)]
     if not done:
         raise SystemExit(f"areal-mem bench seeds: no finished seed under {args.run_dir}")
     rep = report(done, command_line())
     text = markdown(rep)
     print(text)
     name = args.name or "seeds_" + os.path.splitext(os.path.basename(args.config))[0]
-    for out in filter(None, [args.run_dir, args.report_dir]):
-        write_json(out, name, rep)
-        with open(os.path.join(out, f"{name}.md"), "w", encoding="utf-8") as f:
-            f.write(text)
+    write_report([args.run_dir, args.report_dir], name, rep, text)
     return 0

@@ -12,8 +12,9 @@ from tqdm import tqdm
 
 from areal_mem.data.task import Task
 from areal_mem.trajectory import Trajectory
+from rollout.oracle import split_documents
 from rollout.rewards.metrics import normalize_answer, substring_match
-from rollout.workflows.base import Workflow, WorkflowContext, run_episode, turn_lengths
+from rollout.workflows.base import Workflow, WorkflowContext, prefill_tokens, run_episode, turn_lengths
 
 RECORD_KEYS = ("answer", "em", "f1", "acc", "num_turns", "tool_calls", "end_reason", "format_error")
 
@@ -21,17 +22,25 @@ RECORD_KEYS = ("answer", "em", "f1", "acc", "num_turns", "tool_calls", "end_reas
 def search_provenance(traj: Trajectory, task: Task, decode) -> Dict[str, bool]:
     """Where an answer came from: did a search return a golden answer (`golden_in_search`), and
     does the predicted answer occur in what the searches returned (`answer_in_search`: copied
-    from a passage, where an answer given without one was recalled or guessed). The searches'
-    text is what the workflow injected into the responses (loss mask 0: tool responses and the
-    headers around them)."""
+    from a passage, where an answer given without one was recalled or guessed). A bridge question
+    (`metadata["bridge"]`: the entity its first hop finds) also records `first_hop_in_search`: a
+    search returned a passage that names the bridge entity other than the bridge's own passage
+    (which is the second hop's), i.e. the link the first hop is for; with `golden_in_search` and
+    EM it says at which link a two-hop chain broke. The searches' text is what the workflow
+    injected into the responses (loss mask 0: tool responses and the headers around them)."""
     injected = " ".join(
         decode([t for t, m in zip(c.input_ids[c.prompt_len :], c.loss_mask) if not m]) for c in traj.contexts
     )
     answer = normalize_answer(str(traj.info.get("answer") or ""))
-    return {
+    found = {
         "golden_in_search": bool(substring_match(injected, task.golden_answers)),
         "answer_in_search": bool(answer) and answer in normalize_answer(injected),
     }
+    bridge = str(task.metadata.get("bridge") or "")
+    if bridge:
+        docs = split_documents(injected)  # the last one runs on into the closing tags: harmless here
+        found["first_hop_in_search"] = any(bridge in text for title, text in docs.items() if title != bridge)
+    return found
 
 
 async def evaluate(
@@ -64,6 +73,7 @@ async def evaluate(
             "reward": traj.reward,
             **{k: traj.info[k] for k in RECORD_KEYS},
             "context_tokens": turn_lengths(traj.info),
+            "prefill_tokens": prefill_tokens(traj),
             **search_provenance(traj, task, lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=False)),
             # which policy versions sampled its model tokens (evaluation beside training)
             "token_versions": dict(
@@ -71,6 +81,8 @@ async def evaluate(
             ),
             "final_response": responses[-1] if responses else "",
         }
+        if task.metadata.get("type"):  # multi-hop data: single | bridge | comparison (the world's)
+            record["type"] = str(task.metadata["type"])
         if save_responses:
             record["responses"] = responses
         return record

@@ -21,6 +21,36 @@ def context_tokens_by_turn(records: List[Dict[str, Any]]) -> List[Dict[str, Any]
     ]
 
 
+def by_type(records: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """EM, F1 (percent), searches and prefill tokens per question for each question type (`type`: the world's
+    single | bridge | comparison, or a dataset's own); empty when the records have none. Where
+    the answer was lost: `golden_in_search_rate` (a search returned a golden answer) and, for
+    questions with a bridge entity, `first_hop_in_search_rate` (a search returned the passage
+    that links to it)."""
+    groups: Dict[str, List[Dict[str, Any]]] = {}
+    for r in records:
+        if r.get("type"):
+            groups.setdefault(r["type"], []).append(r)
+    return {
+        t: {
+            "questions": len(rs),
+            "em": round(100 * _mean([r["em"] for r in rs]), 2),
+            "f1": round(100 * _mean([r["f1"] for r in rs]), 2),
+            "mean_tool_calls": round(_mean([r["tool_calls"] for r in rs]), 3),
+            "mean_prefill_tokens": round(_mean([r.get("prefill_tokens", 0) for r in rs]), 1),
+            **_rate(rs, "golden_in_search"),
+            **_rate(rs, "first_hop_in_search"),
+        }
+        for t, rs in sorted(groups.items())
+    }
+
+
+def _rate(records: List[Dict[str, Any]], key: str) -> Dict[str, float]:
+    """`{key}_rate` in percent over the records that have `key`; nothing when none has it."""
+    having = [float(r[key]) for r in records if key in r]
+    return {f"{key}_rate": round(100 * _mean(having), 2)} if having else {}
+
+
 def summarize(records: List[Dict[str, Any]], method: str, data: str) -> Dict[str, Any]:
     answered = [r for r in records if r["answer"]]
     return {
@@ -38,6 +68,11 @@ def summarize(records: List[Dict[str, Any]], method: str, data: str) -> Dict[str
         "search_rate": round(100 * _mean([float(r["tool_calls"] > 0) for r in records]), 2),
         "golden_in_search_rate": round(100 * _mean([float(r["golden_in_search"]) for r in records]), 2),
         "answer_copied_rate": round(100 * _mean([float(r["answer_in_search"]) for r in answered]), 2),
+        # prompt tokens of every generation request, summed per episode: a generator's prefill
+        # without a prefix cache (ReAct's grows with every turn, MemSearcher's does not)
+        "mean_prefill_tokens": round(_mean([r["prefill_tokens"] for r in records if "prefill_tokens" in r]), 1),
+        "peak_context_tokens": max((max(r["context_tokens"], default=0) for r in records), default=0),
         "context_tokens_by_turn": context_tokens_by_turn(records),
+        "by_type": by_type(records),
         "end_reasons": dict(Counter(r["end_reason"] for r in records)),
     }

@@ -15,7 +15,7 @@ import random
 from typing import Dict, List, Optional, Sequence
 
 from .entities import Entity, make_entities
-from .questions import SHARES, Question, check_attributes, questions_for_split, type_shares
+from .questions import SHARES, Question, check_attributes, check_chains, questions_for_split, type_shares
 from .render import render_passage
 
 SPLITS = ("train", "dev", "test")
@@ -30,12 +30,17 @@ def build_world(
     test_fraction: float = 0.1,
     question_types: Optional[Sequence[str]] = None,
     single_attributes: Optional[Sequence[str]] = None,
+    bridge_chains: Optional[Sequence[str]] = None,
 ) -> Dict[str, object]:
     """Build the world into `out_dir` and return its manifest. `question_types` (default all)
     restricts the questions to those types, `single_attributes` (`kind.attr`, default all) the
-    facts that single-hop questions ask for."""
+    facts that single-hop questions ask for, `bridge_chains` (`kind.link.attr`, default all) the
+    two-hop chains of bridge questions."""
     shares = type_shares(question_types)
     attributes = check_attributes(single_attributes)
+    chains = check_chains(bridge_chains)
+    if chains and "bridge" not in shares:
+        raise ValueError(f"world.bridge_chains is {chains} but world.question_types {list(shares)} has no bridge")
     if passages < 50:
         raise ValueError(f"world.passages must be at least 50, got {passages}")
     if questions < 3:
@@ -66,7 +71,7 @@ def build_world(
     seen: Dict[str, bool] = {}
     counts: Dict[str, Dict[str, int]] = {}
     for split in SPLITS:
-        qs = questions_for_split(rng, split_of[split], by_name, targets[split], seen, shares, attributes)
+        qs = questions_for_split(rng, split_of[split], by_name, targets[split], seen, shares, attributes, chains)
         files[split] = os.path.join(out_dir, f"{split}.jsonl")
         with open(files[split], "w", encoding="utf-8") as f:
             for i, q in enumerate(qs):
@@ -78,12 +83,43 @@ def build_world(
         "passages": len(entities),
         "distractors": len(entities) - len(real),
         "questions": counts,
+        "filters": world_filters(list(shares), attributes, chains),
         "sha256": {k: _sha256(p) for k, p in files.items()},
     }
     with open(os.path.join(out_dir, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
     return manifest
+
+
+def world_filters(
+    question_types: Sequence[str], single_attributes: Optional[Sequence[str]], bridge_chains: Optional[Sequence[str]]
+) -> Dict[str, List[str]]:
+    """The question filters a world was built with, as its manifest records them (sorted; empty:
+    all), so a run that finds a world already built can tell whether it is the one it asks for."""
+    return {
+        "question_types": sorted(question_types),
+        "single_attributes": sorted(single_attributes or []),
+        "bridge_chains": sorted(bridge_chains or []),
+    }
+
+
+def check_built_world(out_dir: str, filters: Dict[str, List[str]]) -> None:
+    """Raise when the world in `out_dir` was built with other question filters than `filters`
+    (`world_filters`): a resumed run or a new seed in an old run dir would otherwise train and
+    evaluate on questions its config does not describe. A manifest written before the filters
+    were recorded is not checked."""
+    path = os.path.join(out_dir, "manifest.json")
+    with open(path, encoding="utf-8") as f:
+        built = json.load(f).get("filters")
+    if built is None:
+        return
+    for key, want in filters.items():
+        if built.get(key) != want:
+            raise ValueError(
+                f"world.{key}: the world in {out_dir} was built with {built.get(key)} ([] means all), the config "
+                f"asks for {want}; use a new run_dir (or world.dir), or remove the world to rebuild it"
+            )
 
 
 def _row(split: str, i: int, q: Question, by_name: Dict[str, Entity], pid: Dict[int, str]) -> dict:

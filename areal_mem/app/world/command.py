@@ -8,6 +8,8 @@ import time
 
 from areal_mem.config.world import QuestionType
 
+from .questions import BRIDGE
+
 HELP = "build the synthetic search world (corpus + FlashRAG question splits)"
 
 
@@ -22,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--question-types", nargs="+", choices=[t.value for t in QuestionType], help=types_help)
     facts_help = "single-hop questions ask only for these facts, e.g. person.occupation (default: all)"
     parser.add_argument("--single-attributes", nargs="+", metavar="KIND.ATTR", help=facts_help)
+    chains_help = "bridge questions follow only these chains, e.g. person.birthplace.country (default: all)"
+    chains = [".".join(k) for k in BRIDGE]
+    parser.add_argument("--bridge-chains", nargs="+", choices=chains, metavar="KIND.LINK.ATTR", help=chains_help)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
             args.test_fraction,
             args.question_types,
             args.single_attributes,
+            args.bridge_chains,
         )
     except ValueError as e:
         print(f"areal-mem world: {e}")

@@ -93,11 +93,14 @@ def single_questions(
     return out
 
 
-def bridge_questions(rng: random.Random, pool: List[Entity], by_name: Dict[str, Entity]) -> List[Question]:
+def bridge_questions(
+    rng: random.Random, pool: List[Entity], by_name: Dict[str, Entity], chains: Optional[Sequence[str]] = None
+) -> List[Question]:
+    """One question per (entity, chain); `chains` (`kind.link.attr`, default all) restricts them."""
     out = []
     for e in pool:
         for (kind, link, attr), phrasings in BRIDGE.items():
-            if e.kind != kind or link not in e.attrs:
+            if e.kind != kind or link not in e.attrs or (chains is not None and f"{kind}.{link}.{attr}" not in chains):
                 continue
             mid = by_name[str(e.attrs[link])]
             out.append(
@@ -143,13 +146,22 @@ def _compare(rng: random.Random, a: Entity, b: Entity, attr: str, phrasings: Lis
 
 def check_attributes(attributes: Optional[Sequence[str]]) -> Optional[List[str]]:
     """`kind.attr` names of single-hop questions; None or empty: all of them."""
-    if not attributes:
-        return None
     known = [f"{k}.{a}" for k, attrs in SINGLE.items() for a in attrs]
-    unknown = [a for a in attributes if a not in known]
+    return _check_names("world.single_attributes", attributes, known)
+
+
+def check_chains(chains: Optional[Sequence[str]]) -> Optional[List[str]]:
+    """`kind.link.attr` names of bridge questions (BRIDGE's keys); None or empty: all of them."""
+    return _check_names("world.bridge_chains", chains, [".".join(k) for k in BRIDGE])
+
+
+def _check_names(key: str, names: Optional[Sequence[str]], known: List[str]) -> Optional[List[str]]:
+    if not names:
+        return None
+    unknown = [a for a in names if a not in known]
     if unknown:
-        raise ValueError(f"world.single_attributes: unknown {unknown}; choose from {known}")
-    return list(attributes)
+        raise ValueError(f"{key}: unknown {unknown}; choose from {known}")
+    return list(names)
 
 
 def type_shares(types: Optional[Sequence[str]] = None) -> Dict[str, float]:
@@ -172,13 +184,15 @@ def questions_for_split(
     seen: Dict[str, bool],
     shares: Optional[Dict[str, float]] = None,
     attributes: Optional[Sequence[str]] = None,
+    chains: Optional[Sequence[str]] = None,
 ) -> List[Question]:
     """`count` questions about `pool`'s entities, mixed by `shares` (default SHARES), none already
-    in `seen`; `attributes` restricts the single-hop ones (see `single_questions`)."""
+    in `seen`; `attributes` restricts the single-hop ones (see `single_questions`), `chains` the
+    bridges (see `bridge_questions`)."""
     shares = shares or SHARES
     candidates = {
         "single": single_questions(rng, pool, attributes),
-        "bridge": bridge_questions(rng, pool, by_name),
+        "bridge": bridge_questions(rng, pool, by_name, chains),
         "comparison": comparison_questions(rng, pool, int(count * SHARES["comparison"]) + 10),
     }
     candidates = {kind: items for kind, items in candidates.items() if kind in shares}

@@ -1,0 +1,396 @@
+"""`areal-mem bench paper`: MemSearcher against ReAct, trained alike, on multi-hop questions.
+
+The paper's comparison in miniature. For each seed and each workflow (an arm) the whole recipe
+(`areal-mem train`: world, tiny model, index, the workflow's own oracle demonstrations, SFT,
+asynchronous RL, greedy evaluation of the SFT and the RL model on the held-out test split) runs
+from its own run dir, `<run-dir>/<arm>/s<seed>`. The arms differ only in `rollout.workflow`,
+`eval.method` and ReAct's SFT epochs (`ARM_SETS`: the same SFT steps): the same world and base
+model (one seed builds both), the same SFT recipe, RL steps, groups and token limits. A
+finished arm is read, not rerun, so the bench can run one seed per invocation and merge.
+
+The report: EM and F1 by question type after SFT and after RL, for both workflows and every
+seed; searches per question; generator prefill tokens per question (the prompts of every
+generation request, summed) and learner tokens per trajectory; peak and per-turn context;
+learner seconds per step; paired sign tests over the same questions (RL against SFT per
+workflow, MemSearcher against ReAct after RL); and the targets of the recipe, met or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from typing import Dict, List, Optional
+
+from areal_mem.config import ConfigError
+from areal_mem.jsonl import iter_jsonl
+
+from .arms import DEFAULT_CONFIG, parse_ints
+from .output import command_line, markdown_table, new_figure, save_figure, write_report
+from .paired import compare_results, pooled
+from .seeds import finished, finished_seeds, read_summary, train_run
+
+HELP = "MemSearcher vs ReAct trained alike on multi-hop questions: EM by type, cost, sign tests (per seed)"
+PAPER_CONFIG = os.path.join(os.path.dirname(DEFAULT_CONFIG), "paper_cpu.yaml")
+ARMS = ("memsearcher", "react")
+MULTI_HOP = "bridge"  # the question type the targets are about
+# Equal SFT training, not equal epochs: ReAct's oracle writes one context row per question,
+# MemSearcher's about three (12,270 rows for 4,000 questions, seed 0), so ReAct's 15 epochs are
+# about MemSearcher's 5 in steps (7,500 against 7,670) and in tokens (30M against 26M)
+ARM_SETS = ("react:learner.sft.epochs=15",)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=None,
+        help="recipe file, repeat to layer (default configs/debug_cpu.yaml + configs/paper_cpu.yaml)",
+    )
+    parser.add_argument("--run-dir", default="runs/paper", help="<arm>/s<seed> run dirs and the report")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated workflows")
+    parser.add_argument("--report-dir", default="", help="also write the report here (e.g. docs/reports)")
+    parser.add_argument("--name", default="paper", help="report file name")
+    parser.add_argument("--collect-only", action="store_true", help="report the finished runs; train none")
+    parser.add_argument(
+        "--arm-set",
+        action="append",
+        default=None,
+        metavar="ARM:key.sub=value",
+        help=f"override for one arm only, repeatable; any given replace the default {' '.join(ARM_SETS)} "
+        "(equal SFT steps: ReAct has a third of MemSearcher's rows per question)",
+    )
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override for every run")
+
+
+def arm_overrides(arms: List[str], common: List[str], arm_sets: List[str]) -> Dict[str, List[str]]:
+    """Each arm's overrides: the workflow and its evaluation, `common`, then its own `--arm-set`s
+    (later wins, so an arm's own beat the common ones)."""
+    out = {arm: [f"rollout.workflow={arm}", f"eval.method={arm}", *common] for arm in arms}
+    for item in arm_sets:
+        arm, sep, override = item.partition(":")
+        if not sep or "=" not in override:
+            raise SystemExit(f"areal-mem bench paper: --arm-set {item!r} must be ARM:key.sub=value")
+        if arm not in out:
+            raise SystemExit(f"areal-mem bench paper: --arm-set {item!r} names arm {arm!r}; --arms are {arms}")
+        out[arm].append(override)
+    return out
+
+
+# ---- reading one finished run ----
+def _eval(run_dir: str, tag: str) -> dict:
+    """The summary of one greedy evaluation (`eval/<tag>/summary.json`)."""
+    with open(os.path.join(run_dir, "eval", tag, "summary.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+    return {
+        "em": summary["em"],
+        "f1": summary["f1"],
+        "by_type": summary.get("by_type", {}),
+        "searches": summary["mean_tool_calls"],
+        "prefill_tokens": summary.get("mean_prefill_tokens"),
+        "peak_context": summary.get("peak_context_tokens"),
+        "context_by_turn": [t["mean"] for t in summary["context_tokens_by_turn"]],
+    }
+
+
+def results_path(run_dir: str, tag: str) -> str:
+    return os.path.join(run_dir, "eval", tag, "results.jsonl")
+
+
+def learner_cost(run_dir: str) -> dict:
+    """From the learner's `metrics.jsonl`: the SFT steps (the last one logged, so a multiple of
+    `learner.log_interval`) and, medians over RL steps, tokens of the context rows per
+    trajectory (every trajectory of the batch, also the zero-advantage groups the learner skips)
+    and the learner's seconds per step without the wait for a batch (training and the push)."""
+    tokens, step_s, sft_steps = [], [], 0
+    for _, row in iter_jsonl(os.path.join(run_dir, "metrics.jsonl")):
+        if row.get("kind") == "sft":
+            sft_steps = max(sft_steps, int(row["step"]))
+        if row.get("kind") == "train" and row.get("trajectories"):
+            # mean tokens per context x mean contexts per trajectory = tokens per trajectory
+            tokens.append(row["context_tokens"] * row["contexts"])
+            step_s.append(row["step_s"] - row.get("wait_s", 0.0))
+    return {
+        "sft_steps": sft_steps,  # equal epochs are not equal training: the workflows' rows per question differ
+        "steps": len(step_s),
+        "tokens_per_traj": statistics.median(tokens) if tokens else None,
+        "step_s": statistics.median(step_s) if step_s else None,
+    }
+
+
+def paired(before: str, after: str, qtype: Optional[str] = None) -> dict:
+    """Questions right only in `after` (fixed) and only in `before` (broken) with the sign test;
+    `None` when the two evaluations did not cover the same questions (then there is no pairing)."""
+    try:
+        fixed, broken, p = compare_results(before, after, qtype)
+    except ValueError:
+        return {"fixed": None, "broken": None, "p": None}
+    return {"fixed": fixed, "broken": broken, "p": p}
+
+
+def arm_result(run_dir: str, arm: str, seed: int) -> dict:
+    summary = read_summary(run_dir)
+    start, final = results_path(run_dir, "start"), results_path(run_dir, "final")
+    return {
+        "arm": arm,
+        "seed": seed,
+        "run_dir": run_dir,
+        "stage_s": summary["stage_s"],
+        "wall_s": summary["wall_s"],
+        "learner": learner_cost(run_dir),
+        "sft": _eval(run_dir, "start"),
+        "rl": _eval(run_dir, "final"),
+        "rl_vs_sft": paired(start, final),
+        "rl_vs_sft_" + MULTI_HOP: paired(start, final, MULTI_HOP),
+    }
+
+
+# ---- the report ----
+def _type(ev: dict, qtype: str, key: str, default=0.0):
+    return ev["by_type"].get(qtype, {}).get(key, default)
+
+
+def targets(results: Dict[str, Dict[int, dict]], seeds: List[int]) -> List[dict]:
+    """The recipe's targets, each met or not, with the numbers it was decided on. A seed missing
+    from an arm fails a target that asks for every seed."""
+    out = []
+    ms, react = results.get("memsearcher", {}), results.get("react", {})
+    rows = [(s, _type(ms[s]["sft"], MULTI_HOP, "em"), _type(ms[s]["rl"], MULTI_HOP, "em")) for s in seeds if s in ms]
+    if rows:
+        out.append(
+            {
+                "target": f"MemSearcher: RL at least doubles the held-out {MULTI_HOP} EM of SFT on every seed "
+                "(and raises it: 0% -> 0% fails)",
+                "met": len(rows) == len(seeds) and all(rl > sft and rl >= 2 * sft for _, sft, rl in rows),
+                "numbers": ", ".join(f"seed {s}: {sft:.1f}% -> {rl:.1f}%" for s, sft, rl in rows),
+            }
+        )
+    both = [s for s in seeds if s in ms and s in react]
+    if both:
+        parts, met = [], len(both) == len(seeds)
+        for s in both:
+            m, r = ms[s]["rl"], react[s]["rl"]
+            m_em, r_em = _type(m, MULTI_HOP, "em"), _type(r, MULTI_HOP, "em")
+            m_pre, r_pre = (
+                _type(m, MULTI_HOP, "mean_prefill_tokens", None),
+                _type(r, MULTI_HOP, "mean_prefill_tokens", None),
+            )
+            ratio = m_pre / r_pre if m_pre is not None and r_pre else None
+            met = met and ratio is not None and m_em >= r_em and ratio <= 0.5
+            shown = f"{ratio:.2f}x ReAct's" if ratio is not None else "not recorded"
+            parts.append(f"seed {s}: {MULTI_HOP} EM {m_em:.1f}% vs {r_em:.1f}%, prefill {shown}")
+        out.append(
+            {
+                "target": f"after RL, MemSearcher's {MULTI_HOP} EM at least ReAct's at no more than half its prefill "
+                f"tokens per {MULTI_HOP} question, on every seed",
+                "met": met,
+                "numbers": "; ".join(parts),
+            }
+        )
+    return out
+
+
+def versus(a: dict, b: dict) -> dict:
+    """After RL, `a` against `b` over the same questions: wins (a right, b wrong), losses, p."""
+    out = {}
+    for key, qtype in (("all", None), (MULTI_HOP, MULTI_HOP)):
+        r = paired(results_path(b["run_dir"], "final"), results_path(a["run_dir"], "final"), qtype)
+        out[key] = {"wins": r["fixed"], "losses": r["broken"], "p": r["p"]}
+    return out
+
+
+def report(results: Dict[str, Dict[int, dict]], seeds: List[int], command: str) -> dict:
+    arms = {}
+    for arm, by_seed in results.items():
+        runs = [by_seed[s] for s in seeds if s in by_seed]
+        pairs = [(r["rl_vs_sft"]["fixed"], r["rl_vs_sft"]["broken"]) for r in runs if r["rl_vs_sft"]["p"] is not None]
+        arms[arm] = {"runs": runs, "pooled_rl_vs_sft": dict(zip(("fixed", "broken", "p"), pooled(pairs)))}
+    head = []
+    if "memsearcher" in results and "react" in results:
+        for s in seeds:
+            if s in results["memsearcher"] and s in results["react"]:
+                head.append({"seed": s, **versus(results["memsearcher"][s], results["react"][s])})
+    return {
+        "command": command,
+        "seeds": seeds,
+        "arms": arms,
+        "memsearcher_vs_react": head,
+        "targets": targets(results, seeds),
+    }
+
+
+def _types(rep: dict) -> List[str]:
+    return sorted({t for a in rep["arms"].values() for r in a["runs"] for t in r["rl"]["by_type"]})
+
+
+def _pair(p: dict) -> str:
+    return "n/a" if p["p"] is None else f"{p['fixed']} / {p['broken']} (p {p['p']:.2g})"
+
+
+def _num(x, fmt: str = ",.0f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def markdown(rep: dict) -> str:
+    types = _types(rep)
+    em_rows, f1_rows, chain_rows, cost_rows, train_rows = [], [], [], [], []
+    for arm, a in rep["arms"].items():
+        for r in a["runs"]:
+            sft, rl = r["sft"], r["rl"]
+            em_rows.append(
+                [arm, r["seed"]]
+                + [f"{_type(sft, t, 'em'):.1f} -> **{_type(rl, t, 'em'):.1f}**" for t in types]
+                + [f"{sft['em']:.1f} -> **{rl['em']:.1f}**", _pair(r["rl_vs_sft"]), _pair(r["rl_vs_sft_" + MULTI_HOP])]
+            )
+            f1_rows.append(
+                [arm, r["seed"]]
+                + [f"{_type(sft, t, 'f1'):.1f} -> {_type(rl, t, 'f1'):.1f}" for t in types]
+                + [f"{sft['f1']:.1f} -> {rl['f1']:.1f}"]
+            )
+            if MULTI_HOP in types:
+                chain_rows.append(
+                    [arm, r["seed"]]
+                    + [
+                        f"{_num(_type(sft, MULTI_HOP, key, None), '.1f')} -> {_num(_type(rl, MULTI_HOP, key, None), '.1f')}"
+                        for key in ("first_hop_in_search_rate", "golden_in_search_rate", "em")
+                    ]
+                )
+            cost_rows.append(
+                [arm, r["seed"], f"{sft['searches']:.2f} -> {rl['searches']:.2f}"]
+                + [_num(_type(rl, t, "mean_prefill_tokens", None)) for t in types]
+                + [
+                    _num(rl["prefill_tokens"]),
+                    _num(rl["peak_context"], "d"),
+                    " / ".join(f"{x:.0f}" for x in rl["context_by_turn"]),
+                ]
+            )
+            lc, st = r["learner"], r["stage_s"]
+            train_rows.append(
+                [
+                    arm,
+                    r["seed"],
+                    _num(lc["sft_steps"]),
+                    lc["steps"],
+                    _num(lc["tokens_per_traj"]),
+                    _num(lc["step_s"], ".2f"),
+                    f"{st.get('sft', 0) / 60:.1f} / {st.get('rl', 0) / 60:.1f} / {r['wall_s'] / 60:.1f}",
+                ]
+            )
+    lines = ["Held-out test EM (%) by question type, after SFT -> after RL (greedy):", ""]
+    heads = ["workflow", "seed", *types, "all", "RL vs SFT: fixed / broke", f"on {MULTI_HOP}"]
+    lines += [markdown_table(heads, em_rows), "", "F1 (%), after SFT -> after RL:", ""]
+    lines += [markdown_table(["workflow", "seed", *types, "all"], f1_rows), ""]
+    if MULTI_HOP in types:
+        lines += [
+            f"Where {MULTI_HOP} questions were lost (% of them, after SFT -> after RL): a search returned the first "
+            "hop's passage (one naming the bridge entity, other than the bridge's own), a search returned the answer "
+            "(the second hop's), answered right:",
+            "",
+        ]
+        heads = ["workflow", "seed", "first hop found", "answer found", "EM"]
+        lines += [markdown_table(heads, chain_rows), ""]
+    lines += [
+        "Generation cost on the test questions (greedy; after RL; prefill: the prompt tokens of every generation "
+        "request of a question, summed, i.e. what a generator without a prefix cache prefills):",
+        "",
+    ]
+    heads = ["workflow", "seed", "searches / question (SFT -> RL)"]
+    heads += [f"prefill / {t} question" for t in types] + ["prefill / question", "peak context", "mean context by turn"]
+    lines += [markdown_table(heads, cost_rows), ""]
+    lines += [
+        "Training cost (SFT and RL steps; learner tokens: context-row tokens per trajectory of the batch, median over "
+        "steps; learner s / step: the step without the wait for a batch, median):",
+        "",
+    ]
+    heads = [
+        "workflow",
+        "seed",
+        "SFT steps",
+        "RL steps",
+        "learner tokens / trajectory",
+        "learner s / step",
+        "SFT / RL / all min",
+    ]
+    lines += [markdown_table(heads, train_rows), ""]
+    for arm, a in rep["arms"].items():
+        p = a["pooled_rl_vs_sft"]
+        lines.append(
+            f"- {arm}, pooled over seeds: RL fixed {p['fixed']} answers and broke {p['broken']} (sign test p = {p['p']:.2g})."
+        )
+    for v in rep["memsearcher_vs_react"]:
+        a, h = v["all"], v[MULTI_HOP]
+        if a["p"] is None:
+            lines.append(f"- seed {v['seed']}: the two workflows were evaluated on different questions; no pairing.")
+            continue
+        lines.append(
+            f"- seed {v['seed']}, after RL: MemSearcher right where ReAct is wrong on {a['wins']} questions, the "
+            f"reverse on {a['losses']} (p = {a['p']:.2g}); on {MULTI_HOP} questions {h['wins']} / {h['losses']} "
+            f"(p = {h['p']:.2g})."
+        )
+    lines += ["", "Targets:", ""]
+    lines += [f"- {'met' if t['met'] else '**not met**'}: {t['target']} ({t['numbers']})" for t in rep["targets"]]
+    lines += ["", f"`{rep['command']}`"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rep: dict, out_dir: str, name: str) -> List[str]:
+    """EM by question type: one panel per type, a bar per workflow and stage (mean over seeds),
+    every seed as a dot."""
+    types = _types(rep)
+    if not types:
+        return []
+    fig, axes = new_figure(3.2 * len(types), 3.4, cols=len(types))
+    bars = [(arm, stage) for arm in rep["arms"] for stage in ("sft", "rl")]
+    for ax, t in zip(axes[0], types):
+        for i, (arm, stage) in enumerate(bars):
+            ems = [_type(r[stage], t, "em") for r in rep["arms"][arm]["runs"]]
+            color = f"C{list(rep['arms']).index(arm)}"
+            ax.bar(i, statistics.mean(ems), color=color, alpha=0.45 if stage == "sft" else 0.9)
+            ax.plot([i] * len(ems), ems, "k.", markersize=4)
+        ax.set_xticks(range(len(bars)), [f"{arm}\n{stage.upper()}" for arm, stage in bars], fontsize=7)
+        ax.set_title(t)
+        ax.set_ylabel("held-out EM (%)")
+    return save_figure(fig, out_dir, name)
+
+
+def run(args: argparse.Namespace) -> int:
+    configs = args.config or [DEFAULT_CONFIG, PAPER_CONFIG]
+    seeds, arms = parse_ints(args.seeds), [a for a in args.arms.split(",") if a]
+    if not seeds or not arms:
+        raise SystemExit("areal-mem bench paper: --seeds and --arms must name at least one each")
+    # the defaults apply to the arms that run; a given --arm-set for an arm not run is a mistake
+    arm_sets = [x for x in ARM_SETS if x.partition(":")[0] in arms] if args.arm_set is None else args.arm_set
+    per_arm = arm_overrides(arms, args.overrides, arm_sets)
+    failed = []
+    for seed in seeds:
+        for arm in arms:
+            run_dir = os.path.join(args.run_dir, arm, f"s{seed}")
+            if finished(run_dir) or args.collect_only:
+                continue
+            try:
+                train_run(configs, run_dir, seed, per_arm[arm], f"{arm} seed {seed}")
+            except SystemExit as e:  # the other runs go on, and the report has what finished
+                print(e, flush=True)
+                failed.append(f"{arm} seed {seed}")
+    # every finished run under --run-dir: one seed per invocation merges with the earlier ones
+    results: Dict[str, Dict[int, dict]] = {}
+    for arm in arms:
+        for seed in finished_seeds(os.path.join(args.run_dir, arm)):
+            results.setdefault(arm, {})[seed] = arm_result(os.path.join(args.run_dir, arm, f"s{seed}"), arm, seed)
+    if not results:
+        raise SystemExit(f"areal-mem bench paper: no finished run under {args.run_dir}")
+    all_seeds = sorted({s for by_seed in results.values() for s in by_seed})
+    rep = report(results, all_seeds, command_line())
+    text = markdown(rep)
+    print(text)
+    write_report([args.run_dir, args.report_dir], args.name, rep, text)
+    for out in filter(None, [args.run_dir, args.report_dir]):
+        try:
+            plot(rep, out, args.name)
+        except ConfigError as e:  # the numbers are written; a missing matplotlib only costs the figure
+            print(f"[bench paper] no plot: {e}")
+    if failed:
+        raise SystemExit(f"areal-mem bench paper: {', '.join(failed)} failed; the report has the finished runs")
+    return 0

@@ -1,0 +1,174 @@
+"""`areal-mem bench paper`: per-arm, per-seed EM by question type, costs, sign tests and targets,
+collected from written runs (the training itself is the `areal-mem train` the seeds bench runs)."""
+
+import json
+import os
+import pathlib
+
+import pytest
+
+from areal_mem.app.bench.paper import arm_overrides, learner_cost
+from areal_mem.app.cli import main
+
+TYPES = ["single", "single", "bridge", "bridge", "bridge", "comparison"]
+PREFILL_MS = {"bridge": 2000.0, "comparison": 1800.0, "single": 1000.0}
+PREFILL_REACT = {"bridge": 3000.0, "comparison": 2400.0, "single": 900.0}
+
+
+def _run(root, arm, seed, sft, rl, prefill, train_rows):
+    """One finished arm: eval/start and eval/final (per question EM, typed), the summaries the
+    eval writes, the learner's train metrics and the train summary."""
+    run = root / arm / f"s{seed}"
+    for tag, ems in (("start", sft), ("final", rl)):
+        folder = run / "eval" / tag
+        folder.mkdir(parents=True)
+        recs = [{"id": f"q{i}", "em": em, "type": t} for i, (em, t) in enumerate(zip(ems, TYPES))]
+        folder.joinpath("results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        by_type = {}
+        for t in sorted(set(TYPES)):
+            sel = [e for e, tt in zip(ems, TYPES) if tt == t]
+            pct = 100 * sum(sel) / len(sel)
+            by_type[t] = {"questions": len(sel), "em": pct, "f1": pct, "mean_prefill_tokens": prefill[t]}
+            by_type[t]["golden_in_search_rate"] = 50.0 + (tag == "final") * 25.0
+            if t == "bridge":
+                by_type[t]["first_hop_in_search_rate"] = 80.0
+        summary = {
+            "em": 100 * sum(ems) / len(ems),
+            "f1": 100 * sum(ems) / len(ems),
+            "mean_tool_calls": 1.5,
+            "mean_prefill_tokens": sum(prefill.values()) / 3,
+            "peak_context_tokens": 900,
+            "context_tokens_by_turn": [{"turn": 0, "mean": 400.0}, {"turn": 1, "mean": 650.4}],
+            "by_type": by_type,
+        }
+        folder.joinpath("summary.json").write_text(json.dumps(summary))
+    run.joinpath("metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_rows))
+    run.joinpath("train_summary.json").write_text(
+        json.dumps({"stage_s": {"sft": 600.0, "rl": 300.0}, "wall_s": 1200.0})
+    )
+
+
+def test_learner_cost_is_tokens_per_trajectory_and_seconds_per_step(tmp_path):
+    rows = [
+        {"kind": "sft", "step": 1},
+        {"kind": "train", "context_tokens": 500.0, "contexts": 3.0, "trajectories": 10, "step_s": 2.0},
+        {"kind": "train", "context_tokens": 400.0, "contexts": 2.0, "trajectories": 10, "step_s": 4.0},
+        {"kind": "train", "context_tokens": 600.0, "contexts": 4.0, "trajectories": 10, "step_s": 3.0},
+        {"kind": "eval_dev", "em": 10.0},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert learner_cost(str(tmp_path)) == {"sft_steps": 1, "steps": 3, "tokens_per_traj": 1500.0, "step_s": 3.0}
+
+
+def test_arm_set_overrides_one_arm_after_the_common_ones():
+    arms = ["memsearcher", "react"]
+    out = arm_overrides(arms, ["learner.steps=50"], ["react:learner.sft.epochs=15", "react:learner.steps=60"])
+    assert out["memsearcher"] == ["rollout.workflow=memsearcher", "eval.method=memsearcher", "learner.steps=50"]
+    assert out["react"] == [
+        "rollout.workflow=react",
+        "eval.method=react",
+        "learner.steps=50",
+        "learner.sft.epochs=15",
+        "learner.steps=60",  # the arm's own comes later: it wins
+    ]
+    with pytest.raises(SystemExit, match="names arm 'reakt'"):
+        arm_overrides(arms, [], ["reakt:learner.sft.epochs=15"])
+    with pytest.raises(SystemExit, match="must be ARM:key.sub=value"):
+        arm_overrides(arms, [], ["learner.sft.epochs=15"])
+
+
+def test_collect_reports_both_arms_by_type_with_sign_tests_and_targets(tmp_path, capsys):
+    train = [
+        {"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 2.0, "wait_s": 0.5}
+    ]
+    # MemSearcher: bridge 1/3 -> 3/3 (doubled), single 1/2 -> 2/2
+    _run(tmp_path, "memsearcher", 0, [1, 0, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0], PREFILL_MS, train)
+    # ReAct: bridge 1/3 -> 1/3, one single broken
+    sft = [{"kind": "sft", "step": 1}, {"kind": "sft", "step": 2}]
+    _run(tmp_path, "react", 0, [1, 1, 0, 1, 0, 0], [0, 1, 0, 1, 0, 1], PREFILL_REACT, sft + train)
+    out = tmp_path / "reports"
+    argv = ["bench", "paper", "--run-dir", str(tmp_path), "--seeds", "0", "--collect-only", "--report-dir", str(out)]
+    assert main(argv) == 0
+    rep = json.loads((out / "paper.json").read_text())
+    (ms,), (re,) = rep["arms"]["memsearcher"]["runs"], rep["arms"]["react"]["runs"]
+    assert ms["sft"]["by_type"]["bridge"]["em"] == pytest.approx(100 / 3)
+    assert ms["rl_vs_sft"] == {"fixed": 3, "broken": 0, "p": 0.25}
+    assert ms["rl_vs_sft_bridge"] == {"fixed": 2, "broken": 0, "p": 0.5}
+    assert re["rl_vs_sft"] == {"fixed": 1, "broken": 1, "p": 1.0}
+    assert ms["learner"] == {
+        "sft_steps": 0,
+        "steps": 1,
+        "tokens_per_traj": 750.0,
+        "step_s": 1.5,
+    }  # 2.0 s less 0.5 s waiting
+    # after RL, MemSearcher right / ReAct wrong on q0, q2, q4; the reverse on q5
+    (vs,) = rep["memsearcher_vs_react"]
+    assert vs["all"] == {"wins": 3, "losses": 1, "p": 0.625} and vs["bridge"]["wins"] == 2
+    doubled, cheaper = rep["targets"]
+    assert doubled["met"] and doubled["numbers"] == "seed 0: 33.3% -> 100.0%"
+    assert not cheaper["met"] and "prefill 0.67x ReAct's" in cheaper["numbers"]  # bridge: 2000 / 3000 > 0.5
+    text = (out / "paper.md").read_text()
+    row = "| memsearcher | 0 | 33.3 -> **100.0** | 0.0 -> **0.0** | 50.0 -> **100.0** | 33.3 -> **83.3** | 3 / 0 (p 0.25) |"
+    assert row + " 2 / 0 (p 0.5) |" in text
+    assert "| memsearcher | 0 | 80.0 -> 80.0 | 50.0 -> 75.0 | 33.3 -> 100.0 |" in text  # where bridges were lost
+    assert "| react | 0 | 1.50 -> 1.50 | 3,000 | 2,400 | 900 | 2,100 | 900 | 400 / 650 |" in text
+    assert "| react | 0 | 2 | 1 | 750 | 1.50 | 10.0 / 5.0 / 20.0 |" in text
+    assert "**not met**: after RL, MemSearcher's bridge EM at least ReAct's" in text
+    assert (out / "paper.png").exists()
+    assert "seed 0, after RL: MemSearcher right where ReAct is wrong on 3 questions" in capsys.readouterr().out
+
+
+def test_every_finished_seed_is_reported_and_judged(tmp_path):
+    """Targets over every seed count only finished seeds; one seed per invocation merges."""
+    train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
+    _run(tmp_path, "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train)
+    _run(tmp_path, "memsearcher", 1, [0, 0, 1, 0, 0, 0], [1, 1, 1, 0, 0, 1], PREFILL_MS, train)
+    argv = ["bench", "paper", "--run-dir", str(tmp_path), "--seeds", "1", "--collect-only", "--arms", "memsearcher"]
+    assert main(argv) == 0
+    rep = json.loads((tmp_path / "paper.json").read_text())
+    assert rep["seeds"] == [0, 1]  # seed 0 was finished before: reported too
+    (doubled,) = rep["targets"]
+    assert not doubled["met"] and doubled["numbers"] == "seed 0: 0.0% -> 100.0%, seed 1: 33.3% -> 33.3%"
+
+
+def test_collect_without_finished_runs_says_so(tmp_path):
+    with pytest.raises(SystemExit, match="no finished run"):
+        main(["bench", "paper", "--run-dir", str(tmp_path), "--collect-only"])
+
+
+def test_the_paper_recipe_layers_on_the_debug_recipe_for_both_arms(tmp_path):
+    from areal_mem.app.bench.arms import DEFAULT_CONFIG
+    from areal_mem.app.bench.paper import ARMS, PAPER_CONFIG
+    from areal_mem.config import load_run
+
+    for arm in ARMS:
+        cfg = load_run([DEFAULT_CONFIG, PAPER_CONFIG], [f"run_dir={tmp_path}", f"rollout.workflow={arm}"])
+        assert [t.value for t in cfg.world.question_types] == ["single", "bridge", "comparison"]
+        assert (cfg.rollout.workflow, cfg.learner.sft.threads, cfg.learner.steps) == (arm, 2, 100)
+        assert cfg.rollout.format_score == 0.0 and len(cfg.world.bridge_chains) == 2
+
+
+def test_react_gets_equal_sft_steps_by_default_and_a_given_arm_set_replaces_it(tmp_path, monkeypatch):
+    """Without --arm-set, ReAct's arm trains 15 SFT epochs (a third of MemSearcher's rows per
+    question); any --arm-set given replaces that default."""
+    import areal_mem.app.bench.paper as paper
+
+    calls = {}
+    train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
+
+    def fake_train(configs, run_dir, seed, overrides, label):
+        arm = os.path.basename(os.path.dirname(run_dir))
+        calls[(os.path.basename(os.path.dirname(os.path.dirname(run_dir))), arm)] = overrides
+        _run(pathlib.Path(os.path.dirname(os.path.dirname(run_dir))), arm, seed, [1] * 6, [1] * 6, PREFILL_MS, train)
+
+    monkeypatch.setattr(paper, "train_run", fake_train)
+    assert main(["bench", "paper", "--run-dir", str(tmp_path / "a"), "--seeds", "0"]) == 0
+    assert calls[("a", "react")][-1] == "learner.sft.epochs=15"
+    assert "learner.sft.epochs=15" not in calls[("a", "memsearcher")]
+    argv = ["bench", "paper", "--run-dir", str(tmp_path / "b"), "--seeds", "0", "--arm-set", "memsearcher:seed=3"]
+    assert main(argv) == 0
+    assert calls[("b", "react")] == ["rollout.workflow=react", "eval.method=react"]
+    assert calls[("b", "memsearcher")][-1] == "seed=3"
+    # only MemSearcher's arm: the default for ReAct does not apply, and is no error
+    assert main(["bench", "paper", "--run-dir", str(tmp_path / "c"), "--seeds", "0", "--arms", "memsearcher"]) == 0
+    assert ("c", "react") not in calls

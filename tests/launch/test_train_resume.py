@@ -1,0 +1,25 @@
+"""`areal-mem train` resumed: the stage times of the earlier invocation stay in the summary."""
+
+import os
+import time
+
+import pytest
+
+from areal_mem.app.bench.arms import DEFAULT_CONFIG
+from areal_mem.app.train import TrainPipeline
+from areal_mem.config import load_run
+
+
+def test_a_resumed_pipeline_keeps_the_stage_times_it_skips(tmp_path):
+    cfg = load_run([DEFAULT_CONFIG], [f"run_dir={tmp_path}"])
+    first = TrainPipeline(cfg)
+    first.record_time("sft", time.time() - 90.0)
+    assert "resumed" not in first.results
+    again = TrainPipeline(cfg)  # a second invocation on the same run dir
+    assert again.results["resumed"] is True
+    assert again.results["stage_s"]["sft"] == pytest.approx(90.0, abs=0.5)
+    again.record_time("eval-final", time.time() - 20.0)
+    again.record_time("sft", time.time() - 10.0)  # a stage that ran again adds its time
+    stages = TrainPipeline(cfg).results["stage_s"]
+    assert set(stages) == {"sft", "eval-final"} and stages["sft"] == pytest.approx(100.0, abs=1.0)
+    assert os.path.exists(tmp_path / "stage_s.json")
