@@ -1,7 +1,10 @@
 """One learner step on a fixed batch, run under torch.distributed.run by the tests.
 
 Writes (rank 0) the metrics and the updated weights so that runs with different
-rank counts can be compared.
+rank counts can be compared. One DeepSpeed engine per process, as the learner and SFT run it:
+a CI run that built a second engine in the same two gloo ranks aborted rank 0 ("terminate
+called without an active exception") after both had loaded the model, which the production
+path never does.
 """
 
 import json
@@ -46,25 +49,26 @@ def plain_loss(model_dir, rows, loss_cfg):
 
 
 def main():
-    """argv: model dir, output prefix, ZeRO stage, comma-separated mini-batch counts (one engine each)."""
-    model_dir, out_prefix, stage = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    for mini in map(int, sys.argv[4].split(",")):
-        cfg = LearnerConfig(
-            lr=1e-3,
-            zero_stage=stage,
-            micro_batch_tokens=48,
-            mini_batches=mini,
-            loss=LossConfig(entropy_coef=0.01, behav_weight_cap=5.0),
-        )
-        eng = LearnerEngine(model_dir, cfg)
-        rows = fixed_rows(eng.engine.module.config.vocab_size)
-        expected = plain_loss(model_dir, rows, eng.cfg.loss) if eng.world == 1 else None
-        m = eng.train_step(rows, version=0)
-        weights = {n: t.cpu().clone().contiguous() for n, t in eng.named_weights()}
-        if eng.rank == 0:
-            save_file(weights, f"{out_prefix}_m{mini}.safetensors")
-            with open(f"{out_prefix}_m{mini}.json", "w") as f:
-                json.dump(dict(m, expected_loss=expected), f)
+    """argv: model dir, output prefix, ZeRO stage, mini-batch count."""
+    model_dir, out_prefix, stage, mini = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    cfg = LearnerConfig(
+        lr=1e-3,
+        zero_stage=stage,
+        micro_batch_tokens=48,
+        mini_batches=mini,
+        loss=LossConfig(entropy_coef=0.01, behav_weight_cap=5.0),
+    )
+    eng = LearnerEngine(model_dir, cfg)
+    rows = fixed_rows(eng.engine.module.config.vocab_size)
+    expected = plain_loss(model_dir, rows, eng.cfg.loss) if eng.world == 1 else None
+    m = eng.train_step(rows, version=0)
+    weights = {n: t.cpu().clone().contiguous() for n, t in eng.named_weights()}
+    if eng.rank == 0:
+        save_file(weights, f"{out_prefix}_m{mini}.safetensors")
+        with open(f"{out_prefix}_m{mini}.json", "w") as f:
+            json.dump(dict(m, expected_loss=expected), f)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

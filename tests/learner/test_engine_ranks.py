@@ -10,9 +10,9 @@ from transformers import AutoModelForCausalLM
 
 def _run(ranks, model_dir, tmp_path, nproc, stage, minis):
     prefix = str(tmp_path / f"r{nproc}_z{stage}")
-    ranks("_dist_worker.py", nproc, model_dir, prefix, stage, ",".join(map(str, minis)))
     out = {}
     for mini in minis:
+        ranks("_dist_worker.py", nproc, model_dir, prefix, stage, mini)
         with open(f"{prefix}_m{mini}.json") as f:
             out[mini] = json.load(f), load_file(f"{prefix}_m{mini}.safetensors")
     return out
