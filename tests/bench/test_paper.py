@@ -4,6 +4,7 @@ collected from written runs (the training itself is the `areal-mem train` the se
 import json
 import os
 import pathlib
+import shutil
 
 import pytest
 
@@ -129,6 +130,58 @@ def test_every_finished_seed_is_reported_and_judged(tmp_path):
     assert rep["seeds"] == [0, 1]  # seed 0 was finished before: reported too
     (doubled,) = rep["targets"]
     assert not doubled["met"] and doubled["numbers"] == "seed 0: 0.0% -> 100.0%, seed 1: 33.3% -> 33.3%"
+
+
+def test_records_merge_seeds_whose_run_dirs_are_gone(tmp_path):
+    """Seed 0 runs in one session, seed 1 in the next after /tmp was wiped: the records kept in
+    --records carry the per-question answers, so the pooled and the head-to-head sign tests still
+    pair every seed."""
+    train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
+    records = tmp_path / "records"
+    first, second = tmp_path / "first", tmp_path / "second"
+    _run(first, "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train)
+    _run(first, "react", 0, [0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0], PREFILL_REACT, train)
+    base = ["bench", "paper", "--collect-only", "--records", str(records)]
+    assert main(base + ["--run-dir", str(first), "--seeds", "0"]) == 0
+    assert sorted(os.listdir(records)) == ["memsearcher_s0.json", "react_s0.json"]
+    kept = json.loads((records / "memsearcher_s0.json").read_text())
+    assert kept["answers"]["q2"] == ["bridge", 0.0, 1.0]
+    assert "answers" not in json.loads((first / "paper.json").read_text())["arms"]["memsearcher"]["runs"][0]
+    shutil.rmtree(first)
+    _run(second, "memsearcher", 1, [1, 0, 1, 0, 0, 0], [1, 1, 0, 0, 0, 1], PREFILL_MS, train)
+    _run(second, "react", 1, [0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0], PREFILL_REACT, train)
+    assert main(base + ["--run-dir", str(second), "--seeds", "1"]) == 0
+    rep = json.loads((second / "paper.json").read_text())
+    assert rep["seeds"] == [0, 1]
+    # seed 0 fixed 6, seed 1 fixed 2 (q1, q5) and broke 1 (q2)
+    assert rep["arms"]["memsearcher"]["pooled_rl_vs_sft"] == {"fixed": 8, "broken": 1, "p": 0.0390625}
+    vs0, vs1 = rep["memsearcher_vs_react"]
+    assert vs0["all"] == {"wins": 4, "losses": 0, "p": 0.125} and vs0["bridge"]["wins"] == 2
+    assert vs1["all"] == {"wins": 3, "losses": 0, "p": 0.25}
+
+
+def test_a_record_without_answers_is_reported_unpaired_and_a_bad_one_is_named(tmp_path, capsys):
+    train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
+    records = tmp_path / "records"
+    _run(tmp_path / "runs", "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train)
+    _run(tmp_path / "runs", "react", 0, [0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0], PREFILL_REACT, train)
+    argv = ["bench", "paper", "--collect-only", "--records", str(records), "--run-dir", str(tmp_path / "runs")]
+    assert main(argv + ["--seeds", "0"]) == 0
+    shutil.rmtree(tmp_path / "runs")
+    rec = json.loads((records / "react_s0.json").read_text())
+    rec["answers"] = None  # kept before records held the answers: its own sign tests stay, no pairing
+    (records / "react_s0.json").write_text(json.dumps(rec))
+    capsys.readouterr()
+    assert main(argv + ["--seeds", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "| 2 / 0 (p 0.5) | 1 / 0 (p 1) |" in out  # react, seed 0: all and bridge, from the record
+    assert "seed 0: no pairing of the two workflows" in out
+    (records / "react_s1.json").write_text(json.dumps(rec))  # seed 0's record under seed 1's name
+    with pytest.raises(SystemExit, match="react_s1.json holds react seed 0"):
+        main(argv)
+    (records / "react_s1.json").write_text("{")
+    with pytest.raises(SystemExit, match="react_s1.json is not a run record"):
+        main(argv)
 
 
 def test_collect_without_finished_runs_says_so(tmp_path):

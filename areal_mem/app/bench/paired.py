@@ -13,16 +13,20 @@ from typing import Dict, List, Optional, Tuple
 from areal_mem.jsonl import iter_jsonl
 
 
-def read_results(path: str, qtype: Optional[str] = None) -> Dict[str, float]:
-    """`results.jsonl` of `areal-mem eval` -> {question id: EM (0 or 1)}; with `qtype`, only the
-    questions of that `type` (the world's single | bridge | comparison)."""
-    out: Dict[str, float] = {}
+def read_typed(path: str) -> Dict[str, Tuple[Optional[str], float]]:
+    """`results.jsonl` of `areal-mem eval` -> {question id: (its `type`, EM 0 or 1)}; the type is
+    the world's single | bridge | comparison, None for questions from elsewhere."""
+    out: Dict[str, Tuple[Optional[str], float]] = {}
     for where, row in iter_jsonl(path):
         if not isinstance(row, dict) or "id" not in row or "em" not in row:
             raise ValueError(f"{where}: an eval result needs `id` and `em`")
-        if qtype is None or row.get("type") == qtype:
-            out[str(row["id"])] = float(row["em"])
+        out[str(row["id"])] = (row.get("type"), float(row["em"]))
     return out
+
+
+def read_results(path: str, qtype: Optional[str] = None) -> Dict[str, float]:
+    """`results.jsonl` -> {question id: EM}; with `qtype`, only the questions of that type."""
+    return {q: em for q, (t, em) in read_typed(path).items() if qtype is None or t == qtype}
 
 
 def fixed_broken(before: Dict[str, float], after: Dict[str, float]) -> Tuple[int, int]:

@@ -6,7 +6,10 @@ asynchronous RL, greedy evaluation of the SFT and the RL model on the held-out t
 from its own run dir, `<run-dir>/<arm>/s<seed>`. The arms differ only in `rollout.workflow`,
 `eval.method` and ReAct's SFT epochs (`ARM_SETS`: the same SFT steps): the same world and base
 model (one seed builds both), the same SFT recipe, RL steps, groups and token limits. A
-finished arm is read, not rerun, so the bench can run one seed per invocation and merge.
+finished arm is read, not rerun, so the bench can run one seed per invocation and merge. With
+`--records DIR` each finished arm also leaves a record there (its evaluations, costs and the
+per-question answers the sign tests pair, tens of KB), and every record found there is reported:
+seeds run in different sessions or on different machines merge without their run dirs.
 
 The report: EM and F1 by question type after SFT and after RL, for both workflows and every
 seed; searches per question; generator prefill tokens per question (the prompts of every
@@ -28,7 +31,7 @@ from areal_mem.jsonl import iter_jsonl
 
 from .arms import DEFAULT_CONFIG, parse_ints
 from .output import command_line, markdown_table, new_figure, save_figure, write_report
-from .paired import compare_results, pooled
+from .paired import fixed_broken, pooled, read_typed, sign_test_p
 from .seeds import finished, finished_seeds, read_summary, train_run
 
 HELP = "MemSearcher vs ReAct trained alike on multi-hop questions: EM by type, cost, sign tests (per seed)"
@@ -54,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-dir", default="", help="also write the report here (e.g. docs/reports)")
     parser.add_argument("--name", default="paper", help="report file name")
     parser.add_argument("--collect-only", action="store_true", help="report the finished runs; train none")
+    parser.add_argument(
+        "--records",
+        default="",
+        help="keep each finished run's record (<arm>_s<seed>.json) here and report every record found here too "
+        "(e.g. docs/reports/paper_runs): runs merge without their run dirs",
+    )
     parser.add_argument(
         "--arm-set",
         action="append",
@@ -120,19 +129,35 @@ def learner_cost(run_dir: str) -> dict:
     }
 
 
-def paired(before: str, after: str, qtype: Optional[str] = None) -> dict:
-    """Questions right only in `after` (fixed) and only in `before` (broken) with the sign test;
-    `None` when the two evaluations did not cover the same questions (then there is no pairing)."""
+NO_PAIR = {"fixed": None, "broken": None, "p": None}
+
+
+def answers(run_dir: str) -> Optional[Dict[str, list]]:
+    """{question id: [type, EM after SFT, EM after RL]}, what every sign test of the report pairs;
+    None when the two evaluations did not cover the same questions (then there is no pairing)."""
+    sft, rl = read_typed(results_path(run_dir, "start")), read_typed(results_path(run_dir, "final"))
+    if sft.keys() != rl.keys():
+        return None
+    return {q: [t, em, rl[q][1]] for q, (t, em) in sft.items()}
+
+
+def _ems(ans: Dict[str, list], column: int, qtype: Optional[str] = None) -> Dict[str, float]:
+    """One column of `answers` (1: after SFT, 2: after RL), only `qtype`'s questions if given."""
+    return {q: a[column] for q, a in ans.items() if qtype is None or a[0] == qtype}
+
+
+def paired(before: Dict[str, float], after: Dict[str, float]) -> dict:
+    """Questions right only in `after` (fixed) and only in `before` (broken), with the sign test."""
     try:
-        fixed, broken, p = compare_results(before, after, qtype)
+        fixed, broken = fixed_broken(before, after)
     except ValueError:
-        return {"fixed": None, "broken": None, "p": None}
-    return {"fixed": fixed, "broken": broken, "p": p}
+        return dict(NO_PAIR)
+    return {"fixed": fixed, "broken": broken, "p": sign_test_p(fixed, broken)}
 
 
 def arm_result(run_dir: str, arm: str, seed: int) -> dict:
     summary = read_summary(run_dir)
-    start, final = results_path(run_dir, "start"), results_path(run_dir, "final")
+    ans = answers(run_dir)
     return {
         "arm": arm,
         "seed": seed,
@@ -142,9 +167,44 @@ def arm_result(run_dir: str, arm: str, seed: int) -> dict:
         "learner": learner_cost(run_dir),
         "sft": _eval(run_dir, "start"),
         "rl": _eval(run_dir, "final"),
-        "rl_vs_sft": paired(start, final),
-        "rl_vs_sft_" + MULTI_HOP: paired(start, final, MULTI_HOP),
+        "rl_vs_sft": paired(_ems(ans, 1), _ems(ans, 2)) if ans else dict(NO_PAIR),
+        "rl_vs_sft_" + MULTI_HOP: paired(_ems(ans, 1, MULTI_HOP), _ems(ans, 2, MULTI_HOP)) if ans else dict(NO_PAIR),
+        "answers": ans,
     }
+
+
+def record_path(folder: str, arm: str, seed: int) -> str:
+    return os.path.join(folder, f"{arm}_s{seed}.json")
+
+
+def save_record(folder: str, rec: dict) -> None:
+    os.makedirs(folder, exist_ok=True)
+    with open(record_path(folder, rec["arm"], rec["seed"]), "w", encoding="utf-8") as f:
+        json.dump(rec, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def load_records(folder: str, arms: List[str]) -> Dict[str, Dict[int, dict]]:
+    """The records kept in `folder` for `arms`, by arm and seed; a record that does not read is
+    named with its file, not skipped (a report missing a seed would look complete)."""
+    out: Dict[str, Dict[int, dict]] = {}
+    if not os.path.isdir(folder):
+        return out
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                rec = json.load(f)
+            arm, seed = rec["arm"], int(rec["seed"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"areal-mem bench paper: {path} is not a run record: {e!r}") from e
+        if name != os.path.basename(record_path(folder, arm, seed)):
+            raise SystemExit(f"areal-mem bench paper: {path} holds {arm} seed {seed}; its name says otherwise")
+        if arm in arms:
+            out.setdefault(arm, {})[seed] = rec
+    return out
 
 
 # ---- the report ----
@@ -193,10 +253,14 @@ def targets(results: Dict[str, Dict[int, dict]], seeds: List[int]) -> List[dict]
 
 
 def versus(a: dict, b: dict) -> dict:
-    """After RL, `a` against `b` over the same questions: wins (a right, b wrong), losses, p."""
+    """After RL, `a` against `b` over the same questions: wins (a right, b wrong), losses, p; no
+    pairing when either run's record lacks its answers."""
     out = {}
     for key, qtype in (("all", None), (MULTI_HOP, MULTI_HOP)):
-        r = paired(results_path(b["run_dir"], "final"), results_path(a["run_dir"], "final"), qtype)
+        if a.get("answers") and b.get("answers"):
+            r = paired(_ems(b["answers"], 2, qtype), _ems(a["answers"], 2, qtype))
+        else:
+            r = NO_PAIR
         out[key] = {"wins": r["fixed"], "losses": r["broken"], "p": r["p"]}
     return out
 
@@ -204,7 +268,8 @@ def versus(a: dict, b: dict) -> dict:
 def report(results: Dict[str, Dict[int, dict]], seeds: List[int], command: str) -> dict:
     arms = {}
     for arm, by_seed in results.items():
-        runs = [by_seed[s] for s in seeds if s in by_seed]
+        # the answers stay in the records: the report's JSON has what they were used for
+        runs = [{k: v for k, v in by_seed[s].items() if k != "answers"} for s in seeds if s in by_seed]
         pairs = [(r["rl_vs_sft"]["fixed"], r["rl_vs_sft"]["broken"]) for r in runs if r["rl_vs_sft"]["p"] is not None]
         arms[arm] = {"runs": runs, "pooled_rl_vs_sft": dict(zip(("fixed", "broken", "p"), pooled(pairs)))}
     head = []
@@ -322,7 +387,10 @@ def markdown(rep: dict) -> str:
     for v in rep["memsearcher_vs_react"]:
         a, h = v["all"], v[MULTI_HOP]
         if a["p"] is None:
-            lines.append(f"- seed {v['seed']}: the two workflows were evaluated on different questions; no pairing.")
+            lines.append(
+                f"- seed {v['seed']}: no pairing of the two workflows (different questions, or a record without "
+                "per-question answers)."
+            )
             continue
         lines.append(
             f"- seed {v['seed']}, after RL: MemSearcher right where ReAct is wrong on {a['wins']} questions, the "
@@ -374,11 +442,15 @@ def run(args: argparse.Namespace) -> int:
             except SystemExit as e:  # the other runs go on, and the report has what finished
                 print(e, flush=True)
                 failed.append(f"{arm} seed {seed}")
-    # every finished run under --run-dir: one seed per invocation merges with the earlier ones
-    results: Dict[str, Dict[int, dict]] = {}
+    # every kept record, then every finished run under --run-dir (read afresh, it wins): one seed
+    # per invocation merges with the earlier ones
+    results = load_records(args.records, arms) if args.records else {}
     for arm in arms:
         for seed in finished_seeds(os.path.join(args.run_dir, arm)):
-            results.setdefault(arm, {})[seed] = arm_result(os.path.join(args.run_dir, arm, f"s{seed}"), arm, seed)
+            rec = arm_result(os.path.join(args.run_dir, arm, f"s{seed}"), arm, seed)
+            results.setdefault(arm, {})[seed] = rec
+            if args.records:
+                save_record(args.records, rec)
     if not results:
         raise SystemExit(f"areal-mem bench paper: no finished run under {args.run_dir}")
     all_seeds = sorted({s for by_seed in results.values() for s in by_seed})
