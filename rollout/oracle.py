@@ -21,7 +21,7 @@ import json
 import random
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from areal_mem.data.task import Task
 from areal_mem.generation import GenerationResult, SamplingParams
@@ -57,8 +57,15 @@ def read_context(text: str) -> ContextView:
         phase="memory" if memory_phase else "action",
         responses=[r.group(2) for r in _RESPONSE.finditer(last_user)],
         # after the question: a prompt's instructions may show the tags themselves
-        found=[t for r in _RESPONSE.finditer(text, q.end() if q else 0) for t in split_documents(r.group(2))],
+        found=[title for title, _ in response_documents(text, q.end() if q else 0)],
     )
+
+
+def response_documents(text: str, start: int = 0) -> List[Tuple[str, str]]:
+    """`(title, text)` of every document in every `<tool_response>` of `text` from `start`, each
+    response split on its own: a response's first line (the call, with its query) and the next
+    response never run into the last document of the one before."""
+    return [doc for r in _RESPONSE.finditer(text, start) for doc in split_documents(r.group(2)).items()]
 
 
 def split_documents(docs_text: str) -> Dict[str, str]:

@@ -64,7 +64,9 @@ class TrainPipeline:
             list(w.single_attributes),
             list(w.bridge_chains),
         )
-        if w.build and os.path.exists(os.path.join(w.dir, "manifest.json")):
+        # a world found built is checked whether or not this run would build it: the filters
+        # are what the config says the run trains and evaluates on
+        if os.path.exists(os.path.join(w.dir, "manifest.json")):
             from .world import check_built_world, world_filters
 
             try:

@@ -16,10 +16,15 @@ PREFILL_MS = {"bridge": 2000.0, "comparison": 1800.0, "single": 1000.0}
 PREFILL_REACT = {"bridge": 3000.0, "comparison": 2400.0, "single": 900.0}
 
 
-def _run(root, arm, seed, sft, rl, prefill, train_rows):
+def _run(root, arm, seed, sft, rl, prefill, train_rows, world="w0"):
     """One finished arm: eval/start and eval/final (per question EM, typed), the summaries the
-    eval writes, the learner's train metrics and the train summary."""
+    eval writes, the learner's train metrics, the train summary, and the resolved config naming
+    a world whose manifest hashes the files as `world` says (arms of one seed share it)."""
     run = root / arm / f"s{seed}"
+    world_dir = root / "worlds" / f"{world}_s{seed}"
+    world_dir.mkdir(parents=True, exist_ok=True)
+    sha = {k: f"{world}-{seed}-{k}" for k in ("corpus", "train", "dev", "test")}
+    world_dir.joinpath("manifest.json").write_text(json.dumps({"seed": seed, "sha256": sha}))
     for tag, ems in (("start", sft), ("final", rl)):
         folder = run / "eval" / tag
         folder.mkdir(parents=True)
@@ -43,6 +48,7 @@ def _run(root, arm, seed, sft, rl, prefill, train_rows):
             "by_type": by_type,
         }
         folder.joinpath("summary.json").write_text(json.dumps(summary))
+    run.joinpath("train_config.yaml").write_text(f"run_dir: {run}\nworld:\n  dir: {world_dir}\n")
     run.joinpath("metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_rows))
     run.joinpath("train_summary.json").write_text(
         json.dumps({"stage_s": {"sft": 600.0, "rl": 300.0}, "wall_s": 1200.0})
@@ -76,6 +82,10 @@ def test_arm_set_overrides_one_arm_after_the_common_ones():
         arm_overrides(arms, [], ["reakt:learner.sft.epochs=15"])
     with pytest.raises(SystemExit, match="must be ARM:key.sub=value"):
         arm_overrides(arms, [], ["learner.sft.epochs=15"])
+    # what makes an arm itself, or the run its seed's, is the bench's: refused by name, not overridden
+    for common, own in ((["rollout.workflow=react"], []), ([], ["memsearcher:seed=3"]), (["run_dir=x"], [])):
+        with pytest.raises(SystemExit, match="is the bench's to set"):
+            arm_overrides(arms, common, own)
 
 
 def test_collect_reports_both_arms_by_type_with_sign_tests_and_targets(tmp_path, capsys):
@@ -184,6 +194,57 @@ def test_a_record_without_answers_is_reported_unpaired_and_a_bad_one_is_named(tm
         main(argv)
 
 
+def test_one_arm_per_invocation_reports_both_arms_of_the_run_dir_and_the_records(tmp_path, monkeypatch):
+    """`--arms react --seeds 1` trains ReAct's seed 1 only; the report (which overwrites the
+    committed one) still has every arm found in the run dir and in the records."""
+    import areal_mem.app.bench.paper as paper
+
+    train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
+    records, runs = tmp_path / "records", tmp_path / "runs"
+    _run(tmp_path / "old", "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train)
+    assert (
+        main(["bench", "paper", "--collect-only", "--records", str(records), "--run-dir", str(tmp_path / "old")]) == 0
+    )
+    _run(runs, "memsearcher", 1, [0, 0, 1, 0, 0, 0], [1, 1, 1, 0, 0, 1], PREFILL_MS, train)
+    trained = []
+
+    def fake_train(configs, run_dir, seed, overrides, label):
+        trained.append(label)
+        _run(runs, "react", seed, [0] * 6, [1, 0, 1, 0, 0, 0], PREFILL_REACT, train)
+
+    monkeypatch.setattr(paper, "train_run", fake_train)
+    argv = ["bench", "paper", "--records", str(records), "--run-dir", str(runs), "--arms", "react", "--seeds", "1"]
+    assert main(argv) == 0
+    assert trained == ["react seed 1"]
+    rep = json.loads((runs / "paper.json").read_text())
+    assert {a: [r["seed"] for r in v["runs"]] for a, v in rep["arms"].items()} == {"memsearcher": [0, 1], "react": [1]}
+    assert sorted(os.listdir(records)) == ["memsearcher_s0.json", "memsearcher_s1.json", "react_s1.json"]
+    (vs,) = rep["memsearcher_vs_react"]
+    assert vs["seed"] == 1 and vs["all"]["wins"] == 2
+
+
+def test_runs_on_different_worlds_are_not_paired_and_a_record_is_not_replaced_by_another_world(tmp_path):
+    """Question ids are positions in a split: two arms whose worlds differ in a byte must not be
+    paired or judged against each other, and a kept record is not overwritten by another world's."""
+    train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    _run(runs, "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train)
+    _run(runs, "react", 0, [0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0], {k: 9e9 for k in PREFILL_REACT}, train, world="w1")
+    argv = ["bench", "paper", "--collect-only", "--run-dir", str(runs), "--records", str(records)]
+    assert main(argv) == 0
+    rep = json.loads((runs / "paper.json").read_text())
+    assert rep["arms"]["react"]["runs"][0]["world"]["test"] == "w1-0-test"
+    (vs,) = rep["memsearcher_vs_react"]
+    assert vs["all"] == {"wins": None, "losses": None, "p": None}
+    cheaper = rep["targets"][1]
+    assert not cheaper["met"] and cheaper["numbers"] == "seed 0: the two arms ran on different worlds, not compared"
+    shutil.rmtree(runs / "react")
+    _run(runs, "react", 0, [0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0], PREFILL_REACT, train)  # now on w0
+    with pytest.raises(SystemExit, match="react_s0.json was run on another world"):
+        main(argv)
+    assert json.loads((records / "react_s0.json").read_text())["world"]["test"] == "w1-0-test"  # kept
+
+
 def test_collect_without_finished_runs_says_so(tmp_path):
     with pytest.raises(SystemExit, match="no finished run"):
         main(["bench", "paper", "--run-dir", str(tmp_path), "--collect-only"])
@@ -218,10 +279,19 @@ def test_react_gets_equal_sft_steps_by_default_and_a_given_arm_set_replaces_it(t
     assert main(["bench", "paper", "--run-dir", str(tmp_path / "a"), "--seeds", "0"]) == 0
     assert calls[("a", "react")][-1] == "learner.sft.epochs=15"
     assert "learner.sft.epochs=15" not in calls[("a", "memsearcher")]
-    argv = ["bench", "paper", "--run-dir", str(tmp_path / "b"), "--seeds", "0", "--arm-set", "memsearcher:seed=3"]
+    argv = [
+        "bench",
+        "paper",
+        "--run-dir",
+        str(tmp_path / "b"),
+        "--seeds",
+        "0",
+        "--arm-set",
+        "memsearcher:learner.steps=3",
+    ]
     assert main(argv) == 0
     assert calls[("b", "react")] == ["rollout.workflow=react", "eval.method=react"]
-    assert calls[("b", "memsearcher")][-1] == "seed=3"
+    assert calls[("b", "memsearcher")][-1] == "learner.steps=3"
     # only MemSearcher's arm: the default for ReAct does not apply, and is no error
     assert main(["bench", "paper", "--run-dir", str(tmp_path / "c"), "--seeds", "0", "--arms", "memsearcher"]) == 0
     assert ("c", "react") not in calls

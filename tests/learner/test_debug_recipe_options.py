@@ -85,10 +85,23 @@ def test_a_built_world_is_checked_against_the_filters_asked_for(tmp_path):
         "bridge_chains": chains,
     }
     check_built_world(str(tmp_path), world_filters(["single", "bridge", "comparison"], [], chains))  # the same
+    check_built_world(str(tmp_path), world_filters(["comparison", "single", "bridge", "single"], [], chains * 2))
     with pytest.raises(ValueError, match=r"world.bridge_chains: the world in .* was built with \['person"):
         check_built_world(str(tmp_path), world_filters(["single", "bridge", "comparison"], [], []))
     with pytest.raises(ValueError, match="world.question_types"):
         check_built_world(str(tmp_path), world_filters(["single"], [], chains))
+
+
+def test_a_run_that_does_not_build_the_world_still_refuses_one_of_other_filters(tmp_path):
+    """`world.build: false` names a world built elsewhere; the config's filters still say what
+    the run trains on, so a world built with others is refused before anything starts."""
+    from areal_mem.app.train import TrainPipeline
+    from areal_mem.config import ConfigError
+
+    build_world(str(tmp_path / "world"), seed=1, passages=200, questions=60)  # every type; the recipe asks single
+    cfg = load_run([os.path.join(REPO, "configs", "debug_cpu.yaml")], [f"run_dir={tmp_path}", "world.build=false"])
+    with pytest.raises(ConfigError, match="world.question_types: the world in"):
+        TrainPipeline(cfg, evaluate=False).prepare()
 
 
 def test_bad_filters_name_the_key(tmp_path):

@@ -34,11 +34,17 @@ def test_first_hop_is_a_passage_naming_the_bridge_other_than_its_own(tokenizer):
     own passage (titled with its name, the second hop) names it too but does not count."""
     task = Task("q", "In which country was Ana born?", ["Kest"], {"type": "bridge", "bridge": "Vell"})
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
-    first = '<tool_response>\n"Ana"\nAna was born in Vell.\n"Bo"\nBo is a poet.\n</tool_response>'
-    second = '<tool_response>\n"Vell"\nVell is a city in Kest.\n</tool_response>'
+    call = '{"name": "wikipedia_search", "arguments": {"query": "%s"}}'
+    first = f'<tool_response>{call % "Ana"}\n"Ana"\nAna was born in Vell.\n"Bo"\nBo is a poet.\n</tool_response>\n'
+    second = f'<tool_response>{call % "Vell"}\n"Vell"\nVell is a city in Kest.\n</tool_response>\n'
     both = search_provenance(_traj(tokenizer, "search", first + second, "Kest"), task, decode)
     assert both == {"golden_in_search": True, "answer_in_search": True, "first_hop_in_search": True}
     only_second = search_provenance(_traj(tokenizer, "search", second, "Kest"), task, decode)
     assert only_second == {"golden_in_search": True, "answer_in_search": True, "first_hop_in_search": False}
     only_first = search_provenance(_traj(tokenizer, "search", first, "Vell"), task, decode)
     assert only_first == {"golden_in_search": False, "answer_in_search": True, "first_hop_in_search": True}
+    # the second search's call line names the bridge in its query: it is not a passage, and the
+    # first response's last passage ("Bo") ends at its own closing tag, not in the next call
+    unlinked = "<tool_response>" + call % "Ana" + '\n"Bo"\nBo is a poet.\n</tool_response>\n'
+    asked = search_provenance(_traj(tokenizer, "search", unlinked + second, "Kest"), task, decode)
+    assert asked == {"golden_in_search": True, "answer_in_search": True, "first_hop_in_search": False}

@@ -26,6 +26,8 @@ import os
 import statistics
 from typing import Dict, List, Optional
 
+import yaml
+
 from areal_mem.config import ConfigError
 from areal_mem.jsonl import iter_jsonl
 
@@ -74,9 +76,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override for every run")
 
 
+# what the bench itself sets per arm and run: an override of these would make an arm another arm
+# (or another seed's run) under its name
+BENCH_KEYS = ("rollout.workflow", "eval.method", "seed", "run_dir")
+
+
 def arm_overrides(arms: List[str], common: List[str], arm_sets: List[str]) -> Dict[str, List[str]]:
     """Each arm's overrides: the workflow and its evaluation, `common`, then its own `--arm-set`s
-    (later wins, so an arm's own beat the common ones)."""
+    (later wins, so an arm's own beat the common ones). The keys the bench sets (`BENCH_KEYS`)
+    are refused by name, in either."""
+    for item in [*common, *(x.partition(":")[2] for x in arm_sets)]:
+        key = item.partition("=")[0].strip()
+        if key in BENCH_KEYS:
+            raise SystemExit(
+                f"areal-mem bench paper: override {item!r}: {key} is the bench's to set per arm and run "
+                "(--arms, --seeds, --run-dir)"
+            )
     out = {arm: [f"rollout.workflow={arm}", f"eval.method={arm}", *common] for arm in arms}
     for item in arm_sets:
         arm, sep, override = item.partition(":")
@@ -155,6 +170,22 @@ def paired(before: Dict[str, float], after: Dict[str, float]) -> dict:
     return {"fixed": fixed, "broken": broken, "p": sign_test_p(fixed, broken)}
 
 
+def world_sha256(run_dir: str) -> Dict[str, str]:
+    """The sha256 of the run's world files (corpus, train, dev, test), from the manifest of the
+    world its resolved config names: the question ids are positions in a split (`test_17`), so
+    two runs' answers pair only where their worlds are the same bytes."""
+    with open(os.path.join(run_dir, "train_config.yaml"), encoding="utf-8") as f:
+        world_dir = yaml.safe_load(f)["world"]["dir"]
+    with open(os.path.join(world_dir, "manifest.json"), encoding="utf-8") as f:
+        return json.load(f)["sha256"]
+
+
+def same_world(a: dict, b: dict) -> bool:
+    """Whether two records were run on the same world; a record kept before worlds were recorded
+    (`world` absent) is taken at its word."""
+    return a.get("world") is None or b.get("world") is None or a["world"] == b["world"]
+
+
 def arm_result(run_dir: str, arm: str, seed: int) -> dict:
     summary = read_summary(run_dir)
     ans = answers(run_dir)
@@ -162,6 +193,7 @@ def arm_result(run_dir: str, arm: str, seed: int) -> dict:
         "arm": arm,
         "seed": seed,
         "run_dir": run_dir,
+        "world": world_sha256(run_dir),
         "stage_s": summary["stage_s"],
         "wall_s": summary["wall_s"],
         "learner": learner_cost(run_dir),
@@ -178,15 +210,27 @@ def record_path(folder: str, arm: str, seed: int) -> str:
 
 
 def save_record(folder: str, rec: dict) -> None:
+    """Write `rec` as its arm and seed's record; a kept record of another world is refused, not
+    overwritten (a run dir reused with other world settings would replace a seed's result)."""
+    path = record_path(folder, rec["arm"], rec["seed"])
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            kept = json.load(f)
+        if not same_world(kept, rec):
+            raise SystemExit(
+                f"areal-mem bench paper: {path} was run on another world (test sha256 "
+                f"{kept['world'].get('test', '?')[:12]}, this run {rec['world'].get('test', '?')[:12]}) than "
+                f"{rec['run_dir']}; move the record away to replace it, or report the run elsewhere"
+            )
     os.makedirs(folder, exist_ok=True)
-    with open(record_path(folder, rec["arm"], rec["seed"]), "w", encoding="utf-8") as f:
+    with open(path, "w", encoding="utf-8") as f:
         json.dump(rec, f, indent=1, sort_keys=True)
         f.write("\n")
 
 
-def load_records(folder: str, arms: List[str]) -> Dict[str, Dict[int, dict]]:
-    """The records kept in `folder` for `arms`, by arm and seed; a record that does not read is
-    named with its file, not skipped (a report missing a seed would look complete)."""
+def load_records(folder: str) -> Dict[str, Dict[int, dict]]:
+    """Every record kept in `folder`, by arm and seed; a record that does not read is named with
+    its file, not skipped (a report missing a seed would look complete)."""
     out: Dict[str, Dict[int, dict]] = {}
     if not os.path.isdir(folder):
         return out
@@ -202,8 +246,7 @@ def load_records(folder: str, arms: List[str]) -> Dict[str, Dict[int, dict]]:
             raise SystemExit(f"areal-mem bench paper: {path} is not a run record: {e!r}") from e
         if name != os.path.basename(record_path(folder, arm, seed)):
             raise SystemExit(f"areal-mem bench paper: {path} holds {arm} seed {seed}; its name says otherwise")
-        if arm in arms:
-            out.setdefault(arm, {})[seed] = rec
+        out.setdefault(arm, {})[seed] = rec
     return out
 
 
@@ -231,6 +274,10 @@ def targets(results: Dict[str, Dict[int, dict]], seeds: List[int]) -> List[dict]
     if both:
         parts, met = [], len(both) == len(seeds)
         for s in both:
+            if not same_world(ms[s], react[s]):
+                met = False
+                parts.append(f"seed {s}: the two arms ran on different worlds, not compared")
+                continue
             m, r = ms[s]["rl"], react[s]["rl"]
             m_em, r_em = _type(m, MULTI_HOP, "em"), _type(r, MULTI_HOP, "em")
             m_pre, r_pre = (
@@ -254,10 +301,10 @@ def targets(results: Dict[str, Dict[int, dict]], seeds: List[int]) -> List[dict]
 
 def versus(a: dict, b: dict) -> dict:
     """After RL, `a` against `b` over the same questions: wins (a right, b wrong), losses, p; no
-    pairing when either run's record lacks its answers."""
+    pairing when either run's record lacks its answers or the two ran on different worlds."""
     out = {}
     for key, qtype in (("all", None), (MULTI_HOP, MULTI_HOP)):
-        if a.get("answers") and b.get("answers"):
+        if a.get("answers") and b.get("answers") and same_world(a, b):
             r = paired(_ems(b["answers"], 2, qtype), _ems(a["answers"], 2, qtype))
         else:
             r = NO_PAIR
@@ -388,8 +435,8 @@ def markdown(rep: dict) -> str:
         a, h = v["all"], v[MULTI_HOP]
         if a["p"] is None:
             lines.append(
-                f"- seed {v['seed']}: no pairing of the two workflows (different questions, or a record without "
-                "per-question answers)."
+                f"- seed {v['seed']}: no pairing of the two workflows (different questions or worlds, or a record "
+                "without per-question answers)."
             )
             continue
         lines.append(
@@ -442,10 +489,11 @@ def run(args: argparse.Namespace) -> int:
             except SystemExit as e:  # the other runs go on, and the report has what finished
                 print(e, flush=True)
                 failed.append(f"{arm} seed {seed}")
-    # every kept record, then every finished run under --run-dir (read afresh, it wins): one seed
-    # per invocation merges with the earlier ones
-    results = load_records(args.records, arms) if args.records else {}
-    for arm in arms:
+    # every kept record, then every finished run under --run-dir of either arm (read afresh, it
+    # wins): --arms chooses what trains, never what is reported, so one seed or one arm per
+    # invocation merges with the earlier ones
+    results = load_records(args.records) if args.records else {}
+    for arm in dict.fromkeys([*ARMS, *arms]):
         for seed in finished_seeds(os.path.join(args.run_dir, arm)):
             rec = arm_result(os.path.join(args.run_dir, arm, f"s{seed}"), arm, seed)
             results.setdefault(arm, {})[seed] = rec
@@ -453,6 +501,7 @@ def run(args: argparse.Namespace) -> int:
                 save_record(args.records, rec)
     if not results:
         raise SystemExit(f"areal-mem bench paper: no finished run under {args.run_dir}")
+    results = {arm: results[arm] for arm in dict.fromkeys([*ARMS, *sorted(results)]) if arm in results}
     all_seeds = sorted({s for by_seed in results.values() for s in by_seed})
     rep = report(results, all_seeds, command_line())
     text = markdown(rep)

@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from areal_mem.data.task import Task
 from areal_mem.trajectory import Trajectory
-from rollout.oracle import split_documents
+from rollout.oracle import response_documents
 from rollout.rewards.metrics import normalize_answer, substring_match
 from rollout.workflows.base import Workflow, WorkflowContext, prefill_tokens, run_episode, turn_lengths
 
@@ -38,8 +38,8 @@ def search_provenance(traj: Trajectory, task: Task, decode) -> Dict[str, bool]:
     }
     bridge = str(task.metadata.get("bridge") or "")
     if bridge:
-        docs = split_documents(injected)  # the last one runs on into the closing tags: harmless here
-        found["first_hop_in_search"] = any(bridge in text for title, text in docs.items() if title != bridge)
+        docs = response_documents(injected)
+        found["first_hop_in_search"] = any(bridge in text for title, text in docs if title != bridge)
     return found
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 
 def _mean(values: List[float]) -> float:
@@ -37,12 +37,19 @@ def by_type(records: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
             "em": round(100 * _mean([r["em"] for r in rs]), 2),
             "f1": round(100 * _mean([r["f1"] for r in rs]), 2),
             "mean_tool_calls": round(_mean([r["tool_calls"] for r in rs]), 3),
-            "mean_prefill_tokens": round(_mean([r.get("prefill_tokens", 0) for r in rs]), 1),
+            "mean_prefill_tokens": _mean_present(rs, "prefill_tokens"),
             **_rate(rs, "golden_in_search"),
             **_rate(rs, "first_hop_in_search"),
         }
         for t, rs in sorted(groups.items())
     }
+
+
+def _mean_present(records: List[Dict[str, Any]], key: str) -> Optional[float]:
+    """The mean of `key` over the records that have it; None when none has it (results written
+    before it was recorded): a 0 would pass for a measured cost, and win a comparison."""
+    having = [r[key] for r in records if key in r]
+    return round(_mean(having), 1) if having else None
 
 
 def _rate(records: List[Dict[str, Any]], key: str) -> Dict[str, float]:
@@ -70,7 +77,7 @@ def summarize(records: List[Dict[str, Any]], method: str, data: str) -> Dict[str
         "answer_copied_rate": round(100 * _mean([float(r["answer_in_search"]) for r in answered]), 2),
         # prompt tokens of every generation request, summed per episode: a generator's prefill
         # without a prefix cache (ReAct's grows with every turn, MemSearcher's does not)
-        "mean_prefill_tokens": round(_mean([r["prefill_tokens"] for r in records if "prefill_tokens" in r]), 1),
+        "mean_prefill_tokens": _mean_present(records, "prefill_tokens"),
         "peak_context_tokens": max((max(r["context_tokens"], default=0) for r in records), default=0),
         "context_tokens_by_turn": context_tokens_by_turn(records),
         "by_type": by_type(records),

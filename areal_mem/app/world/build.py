@@ -98,9 +98,9 @@ def world_filters(
     """The question filters a world was built with, as its manifest records them (sorted; empty:
     all), so a run that finds a world already built can tell whether it is the one it asks for."""
     return {
-        "question_types": sorted(question_types),
-        "single_attributes": sorted(single_attributes or []),
-        "bridge_chains": sorted(bridge_chains or []),
+        "question_types": sorted(set(question_types)),
+        "single_attributes": sorted(set(single_attributes or [])),
+        "bridge_chains": sorted(set(bridge_chains or [])),
     }
 
 
