@@ -184,7 +184,7 @@ class TrainPipeline:
             Launcher = LocalLauncher
         launcher = Launcher(cfg, rl_config)
         bar = ProgressBar(cfg.run_dir, cfg.learner.steps)
-        start = time.time()
+        start, code = time.time(), None
         try:
             launcher.start_services()
             launcher.start_learner()
@@ -197,12 +197,12 @@ class TrainPipeline:
         finally:
             launcher.stop_all()
             bar.close()
+            self.record_time("rl", start, done=code == 0)
         if code != 0:
             raise SystemExit(
                 f"areal-mem train: the learner failed (exit {code}); "
                 f"see {os.path.join(cfg.run_dir, 'logs', 'learner.log')}"
             )
-        self.record_time("rl", start)
         self.report_dev_curve()
         return final
 
@@ -236,7 +236,7 @@ class TrainPipeline:
         logs = os.path.join(self.cfg.run_dir, "logs")
         os.makedirs(logs, exist_ok=True)
         path = os.path.join(logs, f"{name}.log")
-        start = time.time()
+        start, code = time.time(), None
         print(f"[train] {name} ... (log {path})", flush=True)
         with open(path, "ab") as f:
             proc = subprocess.Popen(
@@ -248,15 +248,16 @@ class TrainPipeline:
                 if proc.poll() is None:
                     proc.terminate()
                     proc.wait()
+                self.record_time(name, start, done=code == 0)
         if code != 0:
             with open(path, "rb") as f:
                 tail = f.read()[-3000:].decode(errors="replace")
             raise SystemExit(f"areal-mem train: stage {name} failed (exit {code}); {path}:\n{tail}")
-        self.record_time(name, start)
 
-    def record_time(self, name: str, start: float) -> None:
+    def record_time(self, name: str, start: float, done: bool = True) -> None:
         """Record a stage's wall time in the summary (`stage_s`) and in `<run_dir>/stage_s.json`:
-        where a run's time goes, summed over the invocations of a resumed run."""
+        where a run's time goes, summed over the invocations of a resumed run, a stage that
+        failed or was stopped included (`done` False), so a resumed run's time is all it took."""
         seconds = time.time() - start
         stages = self.results.setdefault("stage_s", {})
         stages[name] = round(stages.get(name, 0.0) + seconds, 1)  # a resumed stage adds its time
@@ -264,7 +265,7 @@ class TrainPipeline:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(stages, f)
         os.replace(tmp, self.stage_times)  # a crash mid-write leaves the last complete file
-        print(f"[train] {name} done in {seconds:.0f}s", flush=True)
+        print(f"[train] {name} {'done in' if done else 'stopped after'} {seconds:.0f}s", flush=True)
 
 
 def _exit_on_signals() -> None:

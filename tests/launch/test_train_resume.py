@@ -23,3 +23,17 @@ def test_a_resumed_pipeline_keeps_the_stage_times_it_skips(tmp_path):
     stages = TrainPipeline(cfg).results["stage_s"]
     assert set(stages) == {"sft", "eval-final"} and stages["sft"] == pytest.approx(100.0, abs=1.0)
     assert os.path.exists(tmp_path / "stage_s.json")
+
+
+def test_a_stage_that_fails_keeps_its_time_for_the_resumed_run(tmp_path):
+    """The time a failed invocation spent in a stage is part of what the run took: a resumed
+    run's wall time (the sum of its stage times) must not lose it."""
+    cfg = load_run([DEFAULT_CONFIG], [f"run_dir={tmp_path}"])
+    first = TrainPipeline(cfg)
+    with pytest.raises(SystemExit, match="stage sft failed"):
+        first._run("sft", ["no-such-command"])
+    spent = TrainPipeline(cfg).results["stage_s"]["sft"]
+    assert spent > 0
+    again = TrainPipeline(cfg)
+    again.record_time("sft", time.time() - 30.0)
+    assert TrainPipeline(cfg).results["stage_s"]["sft"] == pytest.approx(spent + 30.0, abs=0.5)

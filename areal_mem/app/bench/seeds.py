@@ -75,7 +75,8 @@ def finished_seeds(root: str) -> List[int]:
 
 def read_summary(run_dir: str) -> dict:
     """`train_summary.json`, with `wall_s` the run's: a resumed run's own is its last invocation's
-    only, so there it is the sum of the stage times (kept across invocations)."""
+    only, so there it is the sum of the stage times (kept across invocations, the time of a
+    stage that failed and ran again included)."""
     with open(os.path.join(run_dir, "train_summary.json"), encoding="utf-8") as f:
         summary = json.load(f)
     if summary.get("resumed"):
