@@ -16,8 +16,9 @@ import os
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from areal_mem.config import ConfigError, RunConfig, save_resolved
 from areal_mem.config.arguments import add_config_arguments, config_from_args
@@ -80,6 +81,12 @@ class TrainPipeline:
             build_world(
                 w.dir, w.seed, w.passages, w.questions, w.dev_fraction, w.test_fraction, types, attributes, chains
             )
+        manifest = os.path.join(w.dir, "manifest.json")
+        if os.path.exists(manifest):
+            # the world the run trained and evaluated on, as it was then: question ids are
+            # positions in a split, so two runs' answers pair only on the same bytes
+            with open(manifest, encoding="utf-8") as f:
+                self.results["world_sha256"] = json.load(f).get("sha256")
         if cfg.model.build and not os.path.exists(os.path.join(cfg.model.path, "config.json")):
             from .tiny_model import init_model
 
@@ -124,13 +131,12 @@ class TrainPipeline:
         if not os.path.exists(demos):
             from areal_mem.app.demonstrations import write_demonstrations
 
-            start = time.time()
-            stats = write_demonstrations(
-                cfg, demos, limit=sft.oracle_questions, mistake_rate=sft.oracle_mistake_rate, seed=cfg.seed
-            )
+            with self.timed("demos"):
+                stats = write_demonstrations(
+                    cfg, demos, limit=sft.oracle_questions, mistake_rate=sft.oracle_mistake_rate, seed=cfg.seed
+                )
             log.info("oracle demonstrations: %s", stats)
             self.results["oracle"] = stats
-            self.record_time("demos", start)
         threads = sft.threads or os.cpu_count() or 1
         self._run(
             "sft",
@@ -184,25 +190,24 @@ class TrainPipeline:
             Launcher = LocalLauncher
         launcher = Launcher(cfg, rl_config)
         bar = ProgressBar(cfg.run_dir, cfg.learner.steps)
-        start, code = time.time(), None
-        try:
-            launcher.start_services()
-            launcher.start_learner()
-            launcher.start_workers()
-            launcher.start_evaluator()
-            code = launcher.supervise(on_tick=lambda: (bar.update(), on_tick and on_tick(launcher)))
-            if code == 0 and cfg.eval.interval > 0:
-                print("[train] RL done; the evaluator finishes the versions still due ...", flush=True)
-                launcher.finish_evaluator(cfg.eval.drain_timeout_s, on_tick=bar.update)
-        finally:
-            launcher.stop_all()
-            bar.close()
-            self.record_time("rl", start, done=code == 0)
-        if code != 0:
-            raise SystemExit(
-                f"areal-mem train: the learner failed (exit {code}); "
-                f"see {os.path.join(cfg.run_dir, 'logs', 'learner.log')}"
-            )
+        with self.timed("rl"):
+            try:
+                launcher.start_services()
+                launcher.start_learner()
+                launcher.start_workers()
+                launcher.start_evaluator()
+                code = launcher.supervise(on_tick=lambda: (bar.update(), on_tick and on_tick(launcher)))
+                if code == 0 and cfg.eval.interval > 0:
+                    print("[train] RL done; the evaluator finishes the versions still due ...", flush=True)
+                    launcher.finish_evaluator(cfg.eval.drain_timeout_s, on_tick=bar.update)
+            finally:
+                launcher.stop_all()
+                bar.close()
+            if code != 0:
+                raise SystemExit(
+                    f"areal-mem train: the learner failed (exit {code}); "
+                    f"see {os.path.join(cfg.run_dir, 'logs', 'learner.log')}"
+                )
         self.report_dev_curve()
         return final
 
@@ -236,28 +241,38 @@ class TrainPipeline:
         logs = os.path.join(self.cfg.run_dir, "logs")
         os.makedirs(logs, exist_ok=True)
         path = os.path.join(logs, f"{name}.log")
-        start, code = time.time(), None
         print(f"[train] {name} ... (log {path})", flush=True)
-        with open(path, "ab") as f:
-            proc = subprocess.Popen(
-                cli_command(*argv), stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-            )
-            try:
-                code = proc.wait()
-            finally:  # Ctrl-C / SIGTERM (raised as SystemExit below) leaves no stage running
-                if proc.poll() is None:
-                    proc.terminate()
-                    proc.wait()
-                self.record_time(name, start, done=code == 0)
-        if code != 0:
-            with open(path, "rb") as f:
-                tail = f.read()[-3000:].decode(errors="replace")
-            raise SystemExit(f"areal-mem train: stage {name} failed (exit {code}); {path}:\n{tail}")
+        with self.timed(name):
+            with open(path, "ab") as f:
+                proc = subprocess.Popen(
+                    cli_command(*argv), stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+                )
+                try:
+                    code = proc.wait()
+                finally:  # Ctrl-C / SIGTERM (raised as SystemExit below) leaves no stage running
+                    if proc.poll() is None:
+                        proc.terminate()
+                        proc.wait()
+            if code != 0:
+                with open(path, "rb") as f:
+                    tail = f.read()[-3000:].decode(errors="replace")
+                raise SystemExit(f"areal-mem train: stage {name} failed (exit {code}); {path}:\n{tail}")
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        """Time the stage in the block: `name` when it completes, `<name>_failed` when it raises
+        (a failure, Ctrl-C): a resumed run's time, the sum of `stage_s`, is then all it took,
+        while a stage's own entry stays the time of the attempts that finished."""
+        start, done = time.time(), False
+        try:
+            yield
+            done = True
+        finally:
+            self.record_time(name if done else f"{name}_failed", start, done)
 
     def record_time(self, name: str, start: float, done: bool = True) -> None:
         """Record a stage's wall time in the summary (`stage_s`) and in `<run_dir>/stage_s.json`:
-        where a run's time goes, summed over the invocations of a resumed run, a stage that
-        failed or was stopped included (`done` False), so a resumed run's time is all it took."""
+        where a run's time goes, summed over the invocations of a resumed run."""
         seconds = time.time() - start
         stages = self.results.setdefault("stage_s", {})
         stages[name] = round(stages.get(name, 0.0) + seconds, 1)  # a resumed stage adds its time
@@ -287,8 +302,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     pipeline = TrainPipeline(cfg, evaluate=not args.no_eval)
     start = time.time()
-    pipeline.prepare()
-    pipeline.record_time("prepare", start)
+    with pipeline.timed("prepare"):
+        pipeline.prepare()
     start_model = pipeline.warm_start()
     pipeline.eval(start_model, "start")
     final = pipeline.rl(start_model)

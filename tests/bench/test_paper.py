@@ -16,15 +16,18 @@ PREFILL_MS = {"bridge": 2000.0, "comparison": 1800.0, "single": 1000.0}
 PREFILL_REACT = {"bridge": 3000.0, "comparison": 2400.0, "single": 900.0}
 
 
-def _run(root, arm, seed, sft, rl, prefill, train_rows, world="w0"):
+def _run(root, arm, seed, sft, rl, prefill, train_rows, world="w0", recorded=False):
     """One finished arm: eval/start and eval/final (per question EM, typed), the summaries the
-    eval writes, the learner's train metrics, the train summary, and the resolved config naming
-    a world whose manifest hashes the files as `world` says (arms of one seed share it)."""
+    eval writes, the learner's train metrics, the train summary, and its world: files hashed as
+    `world` says (arms of one seed on "w0" have the same bytes), the manifest in `<run>/world`
+    and the resolved config naming it relative to where the run was started (not here), as a
+    run trained before the summary recorded it; `recorded`: the summary has it (and the
+    manifest is gone)."""
     run = root / arm / f"s{seed}"
-    world_dir = root / "worlds" / f"{world}_s{seed}"
-    world_dir.mkdir(parents=True, exist_ok=True)
     sha = {k: f"{world}-{seed}-{k}" for k in ("corpus", "train", "dev", "test")}
-    world_dir.joinpath("manifest.json").write_text(json.dumps({"seed": seed, "sha256": sha}))
+    if not recorded:
+        (run / "world").mkdir(parents=True)
+        (run / "world" / "manifest.json").write_text(json.dumps({"seed": seed, "sha256": sha}))
     for tag, ems in (("start", sft), ("final", rl)):
         folder = run / "eval" / tag
         folder.mkdir(parents=True)
@@ -48,10 +51,11 @@ def _run(root, arm, seed, sft, rl, prefill, train_rows, world="w0"):
             "by_type": by_type,
         }
         folder.joinpath("summary.json").write_text(json.dumps(summary))
-    run.joinpath("train_config.yaml").write_text(f"run_dir: {run}\nworld:\n  dir: {world_dir}\n")
+    run.joinpath("train_config.yaml").write_text(f"world:\n  dir: runs/paper/{arm}/s{seed}/world\n")
     run.joinpath("metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_rows))
+    summary = {"stage_s": {"sft": 600.0, "rl": 300.0}, "wall_s": 1200.0}
     run.joinpath("train_summary.json").write_text(
-        json.dumps({"stage_s": {"sft": 600.0, "rl": 300.0}, "wall_s": 1200.0})
+        json.dumps({**summary, **({"world_sha256": sha} if recorded else {})})
     )
 
 
@@ -83,7 +87,15 @@ def test_arm_set_overrides_one_arm_after_the_common_ones():
     with pytest.raises(SystemExit, match="must be ARM:key.sub=value"):
         arm_overrides(arms, [], ["learner.sft.epochs=15"])
     # what makes an arm itself, or the run its seed's, is the bench's: refused by name, not overridden
-    for common, own in ((["rollout.workflow=react"], []), ([], ["memsearcher:seed=3"]), (["run_dir=x"], [])):
+    bench_keys = [
+        (["rollout.workflow=react"], []),
+        ([], ["memsearcher:seed=3"]),
+        (["run_dir=x"], []),
+        (["rollout[workflow]=react"], []),  # OmegaConf's bracket form of the same key
+        (["+seed=1"], []),
+        ([], ["react: eval.method =memsearcher"]),
+    ]
+    for common, own in bench_keys:
         with pytest.raises(SystemExit, match="is the bench's to set"):
             arm_overrides(arms, common, own)
 
@@ -221,6 +233,13 @@ def test_one_arm_per_invocation_reports_both_arms_of_the_run_dir_and_the_records
     assert sorted(os.listdir(records)) == ["memsearcher_s0.json", "memsearcher_s1.json", "react_s1.json"]
     (vs,) = rep["memsearcher_vs_react"]
     assert vs["seed"] == 1 and vs["all"]["wins"] == 2
+    # a third workflow's arm, trained earlier into the run dir: reported, and its seed 5 is not
+    # one the MemSearcher / ReAct targets ask for
+    _run(runs, "search_r1", 5, [0] * 6, [1] * 6, PREFILL_MS, train)
+    assert main(["bench", "paper", "--collect-only", "--records", str(records), "--run-dir", str(runs)]) == 0
+    rep = json.loads((runs / "paper.json").read_text())
+    assert list(rep["arms"]) == ["memsearcher", "react", "search_r1"] and rep["seeds"] == [0, 1, 5]
+    assert rep["targets"][0]["numbers"] == "seed 0: 0.0% -> 100.0%, seed 1: 33.3% -> 33.3%"
 
 
 def test_runs_on_different_worlds_are_not_paired_and_a_record_is_not_replaced_by_another_world(tmp_path):
@@ -228,21 +247,25 @@ def test_runs_on_different_worlds_are_not_paired_and_a_record_is_not_replaced_by
     paired or judged against each other, and a kept record is not overwritten by another world's."""
     train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
     runs, records = tmp_path / "runs", tmp_path / "records"
-    _run(runs, "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train)
+    _run(runs, "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train, recorded=True)
     _run(runs, "react", 0, [0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0], {k: 9e9 for k in PREFILL_REACT}, train, world="w1")
     argv = ["bench", "paper", "--collect-only", "--run-dir", str(runs), "--records", str(records)]
     assert main(argv) == 0
     rep = json.loads((runs / "paper.json").read_text())
-    assert rep["arms"]["react"]["runs"][0]["world"]["test"] == "w1-0-test"
+    assert rep["arms"]["react"]["runs"][0]["world"]["test"] == "w1-0-test"  # from <run>/world: not from here
+    assert rep["arms"]["memsearcher"]["runs"][0]["world"]["test"] == "w0-0-test"  # as the summary recorded it
     (vs,) = rep["memsearcher_vs_react"]
     assert vs["all"] == {"wins": None, "losses": None, "p": None}
     cheaper = rep["targets"][1]
     assert not cheaper["met"] and cheaper["numbers"] == "seed 0: the two arms ran on different worlds, not compared"
     shutil.rmtree(runs / "react")
     _run(runs, "react", 0, [0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0], PREFILL_REACT, train)  # now on w0
+    (runs / "paper.json").unlink()
     with pytest.raises(SystemExit, match="react_s0.json was run on another world"):
         main(argv)
     assert json.loads((records / "react_s0.json").read_text())["world"]["test"] == "w1-0-test"  # kept
+    # the report is still written, with the kept record standing for the seed
+    assert json.loads((runs / "paper.json").read_text())["arms"]["react"]["runs"][0]["world"]["test"] == "w1-0-test"
 
 
 def test_collect_without_finished_runs_says_so(tmp_path):
@@ -295,3 +318,16 @@ def test_react_gets_equal_sft_steps_by_default_and_a_given_arm_set_replaces_it(t
     # only MemSearcher's arm: the default for ReAct does not apply, and is no error
     assert main(["bench", "paper", "--run-dir", str(tmp_path / "c"), "--seeds", "0", "--arms", "memsearcher"]) == 0
     assert ("c", "react") not in calls
+
+
+def test_the_targets_ask_only_for_the_seeds_of_their_own_arms():
+    from areal_mem.app.bench.paper import targets
+
+    def ev(bridge_em):
+        return {"by_type": {"bridge": {"em": bridge_em}}}
+
+    results = {"memsearcher": {0: {"sft": ev(10.0), "rl": ev(25.0)}}, "search_r1": {5: {"sft": ev(0), "rl": ev(0)}}}
+    (doubled,) = targets(results, [0, 5])
+    assert doubled["met"] and doubled["numbers"] == "seed 0: 10.0% -> 25.0%"
+    (doubled,) = targets({"memsearcher": results["memsearcher"], "react": {1: {}}}, [0, 1])
+    assert not doubled["met"]  # ReAct's seed 1 is one MemSearcher lacks

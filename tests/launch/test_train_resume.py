@@ -1,5 +1,6 @@
 """`areal-mem train` resumed: the stage times of the earlier invocation stay in the summary."""
 
+import json
 import os
 import time
 
@@ -25,15 +26,24 @@ def test_a_resumed_pipeline_keeps_the_stage_times_it_skips(tmp_path):
     assert os.path.exists(tmp_path / "stage_s.json")
 
 
-def test_a_stage_that_fails_keeps_its_time_for_the_resumed_run(tmp_path):
-    """The time a failed invocation spent in a stage is part of what the run took: a resumed
-    run's wall time (the sum of its stage times) must not lose it."""
+def test_a_stage_that_fails_keeps_its_time_apart_for_the_resumed_run(tmp_path):
+    """The time a failed invocation spent in a stage is part of what the run took: kept as
+    `<stage>_failed`, so a resumed run's wall time (the sum of its stage times) does not lose it
+    while the stage's own entry stays the attempt that finished."""
+    from areal_mem.app.bench.seeds import read_summary
+
     cfg = load_run([DEFAULT_CONFIG], [f"run_dir={tmp_path}"])
     first = TrainPipeline(cfg)
     with pytest.raises(SystemExit, match="stage sft failed"):
         first._run("sft", ["no-such-command"])
-    spent = TrainPipeline(cfg).results["stage_s"]["sft"]
-    assert spent > 0
+    with pytest.raises(KeyError):
+        with first.timed("demos"):  # an in-process stage that raises
+            raise KeyError("x")
+    stages = TrainPipeline(cfg).results["stage_s"]
+    assert set(stages) == {"sft_failed", "demos_failed"} and stages["sft_failed"] > 0
     again = TrainPipeline(cfg)
     again.record_time("sft", time.time() - 30.0)
-    assert TrainPipeline(cfg).results["stage_s"]["sft"] == pytest.approx(spent + 30.0, abs=0.5)
+    stages = TrainPipeline(cfg).results["stage_s"]
+    assert stages["sft"] == pytest.approx(30.0, abs=0.5)
+    (tmp_path / "train_summary.json").write_text(json.dumps({"stage_s": stages, "resumed": True, "wall_s": 31.0}))
+    assert read_summary(str(tmp_path))["wall_s"] == pytest.approx(sum(stages.values()), abs=0.1)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 from typing import Dict, List, Optional
 
@@ -55,7 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--run-dir", default="runs/paper", help="<arm>/s<seed> run dirs and the report")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated workflows")
+    parser.add_argument(
+        "--arms",
+        default=",".join(ARMS),
+        help="comma-separated workflows to train (the report has every arm found under --run-dir and in --records)",
+    )
     parser.add_argument("--report-dir", default="", help="also write the report here (e.g. docs/reports)")
     parser.add_argument("--name", default="paper", help="report file name")
     parser.add_argument("--collect-only", action="store_true", help="report the finished runs; train none")
@@ -86,7 +91,8 @@ def arm_overrides(arms: List[str], common: List[str], arm_sets: List[str]) -> Di
     (later wins, so an arm's own beat the common ones). The keys the bench sets (`BENCH_KEYS`)
     are refused by name, in either."""
     for item in [*common, *(x.partition(":")[2] for x in arm_sets)]:
-        key = item.partition("=")[0].strip()
+        # as OmegaConf reads a dotlist key: `rollout[workflow]` is `rollout.workflow`
+        key = re.sub(r"\[([^\]]*)\]", r".\1", item.partition("=")[0]).strip().lstrip("+~")
         if key in BENCH_KEYS:
             raise SystemExit(
                 f"areal-mem bench paper: override {item!r}: {key} is the bench's to set per arm and run "
@@ -170,14 +176,27 @@ def paired(before: Dict[str, float], after: Dict[str, float]) -> dict:
     return {"fixed": fixed, "broken": broken, "p": sign_test_p(fixed, broken)}
 
 
-def world_sha256(run_dir: str) -> Dict[str, str]:
-    """The sha256 of the run's world files (corpus, train, dev, test), from the manifest of the
-    world its resolved config names: the question ids are positions in a split (`test_17`), so
-    two runs' answers pair only where their worlds are the same bytes."""
-    with open(os.path.join(run_dir, "train_config.yaml"), encoding="utf-8") as f:
-        world_dir = yaml.safe_load(f)["world"]["dir"]
-    with open(os.path.join(world_dir, "manifest.json"), encoding="utf-8") as f:
-        return json.load(f)["sha256"]
+def world_sha256(run_dir: str, summary: dict) -> Optional[Dict[str, str]]:
+    """The sha256 of the run's world files (corpus, train, dev, test): the question ids are
+    positions in a split (`test_17`), so two runs' answers pair only where their worlds are the
+    same bytes. As `areal-mem train` recorded it (`world_sha256`); for a run trained before it
+    did, the manifest of the world its resolved config names (a relative `world.dir` tried from
+    here, then as `<run_dir>/world`); None, with a warning, when neither reads."""
+    if summary.get("world_sha256"):
+        return summary["world_sha256"]
+    try:
+        with open(os.path.join(run_dir, "train_config.yaml"), encoding="utf-8") as f:
+            world_dir = yaml.safe_load(f)["world"]["dir"]
+        for folder in (world_dir, os.path.join(run_dir, "world")):
+            path = os.path.join(folder, "manifest.json")
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    return json.load(f)["sha256"]
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as e:
+        print(f"[bench paper] {run_dir}: its world is not known ({e!r}); it is paired at its word")
+        return None
+    print(f"[bench paper] {run_dir}: no manifest of its world {world_dir}; it is paired at its word")
+    return None
 
 
 def same_world(a: dict, b: dict) -> bool:
@@ -193,7 +212,7 @@ def arm_result(run_dir: str, arm: str, seed: int) -> dict:
         "arm": arm,
         "seed": seed,
         "run_dir": run_dir,
-        "world": world_sha256(run_dir),
+        "world": world_sha256(run_dir, summary),
         "stage_s": summary["stage_s"],
         "wall_s": summary["wall_s"],
         "learner": learner_cost(run_dir),
@@ -209,23 +228,25 @@ def record_path(folder: str, arm: str, seed: int) -> str:
     return os.path.join(folder, f"{arm}_s{seed}.json")
 
 
-def save_record(folder: str, rec: dict) -> None:
-    """Write `rec` as its arm and seed's record; a kept record of another world is refused, not
-    overwritten (a run dir reused with other world settings would replace a seed's result)."""
+def save_record(folder: str, rec: dict) -> Optional[str]:
+    """Write `rec` as its arm and seed's record; a kept record of another world is not
+    overwritten (a run dir reused with other world settings would replace a seed's result):
+    then nothing is written and the conflict is returned, for the caller to report."""
     path = record_path(folder, rec["arm"], rec["seed"])
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             kept = json.load(f)
         if not same_world(kept, rec):
-            raise SystemExit(
-                f"areal-mem bench paper: {path} was run on another world (test sha256 "
-                f"{kept['world'].get('test', '?')[:12]}, this run {rec['world'].get('test', '?')[:12]}) than "
-                f"{rec['run_dir']}; move the record away to replace it, or report the run elsewhere"
+            return (
+                f"{path} was run on another world (test sha256 {kept['world'].get('test', '?')[:12]}, "
+                f"{rec['run_dir']} {rec['world'].get('test', '?')[:12]}): kept, and the run reported from its "
+                "record; move the record away to replace it"
             )
     os.makedirs(folder, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(rec, f, indent=1, sort_keys=True)
         f.write("\n")
+    return None
 
 
 def load_records(folder: str) -> Dict[str, Dict[int, dict]]:
@@ -260,6 +281,7 @@ def targets(results: Dict[str, Dict[int, dict]], seeds: List[int]) -> List[dict]
     from an arm fails a target that asks for every seed."""
     out = []
     ms, react = results.get("memsearcher", {}), results.get("react", {})
+    seeds = [s for s in seeds if s in ms or s in react]  # another arm's seeds are not these targets' to ask for
     rows = [(s, _type(ms[s]["sft"], MULTI_HOP, "em"), _type(ms[s]["rl"], MULTI_HOP, "em")) for s in seeds if s in ms]
     if rows:
         out.append(
@@ -493,12 +515,16 @@ def run(args: argparse.Namespace) -> int:
     # wins): --arms chooses what trains, never what is reported, so one seed or one arm per
     # invocation merges with the earlier ones
     results = load_records(args.records) if args.records else {}
-    for arm in dict.fromkeys([*ARMS, *arms]):
+    kept = []  # records of another world, not replaced: reported after the report is written
+    on_disk = sorted(os.listdir(args.run_dir)) if os.path.isdir(args.run_dir) else []
+    for arm in dict.fromkeys([*ARMS, *arms, *on_disk]):
         for seed in finished_seeds(os.path.join(args.run_dir, arm)):
             rec = arm_result(os.path.join(args.run_dir, arm, f"s{seed}"), arm, seed)
-            results.setdefault(arm, {})[seed] = rec
-            if args.records:
-                save_record(args.records, rec)
+            conflict = save_record(args.records, rec) if args.records else None
+            if conflict:
+                kept.append(conflict)
+            else:
+                results.setdefault(arm, {})[seed] = rec
     if not results:
         raise SystemExit(f"areal-mem bench paper: no finished run under {args.run_dir}")
     results = {arm: results[arm] for arm in dict.fromkeys([*ARMS, *sorted(results)]) if arm in results}
@@ -512,6 +538,7 @@ def run(args: argparse.Namespace) -> int:
             plot(rep, out, args.name)
         except ConfigError as e:  # the numbers are written; a missing matplotlib only costs the figure
             print(f"[bench paper] no plot: {e}")
-    if failed:
-        raise SystemExit(f"areal-mem bench paper: {', '.join(failed)} failed; the report has the finished runs")
+    problems = [f"{', '.join(failed)} failed; the report has the finished runs"] if failed else []
+    if problems or kept:
+        raise SystemExit("areal-mem bench paper: " + "; ".join(problems + kept))
     return 0
