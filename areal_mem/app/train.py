@@ -65,9 +65,10 @@ class TrainPipeline:
             list(w.single_attributes),
             list(w.bridge_chains),
         )
+        manifest = os.path.join(w.dir, "manifest.json")
         # a world found built is checked whether or not this run would build it: the filters
         # are what the config says the run trains and evaluates on
-        if os.path.exists(os.path.join(w.dir, "manifest.json")):
+        if os.path.exists(manifest):
             from .world import check_built_world, world_filters
 
             try:
@@ -81,7 +82,6 @@ class TrainPipeline:
             build_world(
                 w.dir, w.seed, w.passages, w.questions, w.dev_fraction, w.test_fraction, types, attributes, chains
             )
-        manifest = os.path.join(w.dir, "manifest.json")
         if os.path.exists(manifest):
             # the world the run trained and evaluated on, as it was then: question ids are
             # positions in a split, so two runs' answers pair only on the same bytes

@@ -228,25 +228,11 @@ def record_path(folder: str, arm: str, seed: int) -> str:
     return os.path.join(folder, f"{arm}_s{seed}.json")
 
 
-def save_record(folder: str, rec: dict) -> Optional[str]:
-    """Write `rec` as its arm and seed's record; a kept record of another world is not
-    overwritten (a run dir reused with other world settings would replace a seed's result):
-    then nothing is written and the conflict is returned, for the caller to report."""
-    path = record_path(folder, rec["arm"], rec["seed"])
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            kept = json.load(f)
-        if not same_world(kept, rec):
-            return (
-                f"{path} was run on another world (test sha256 {kept['world'].get('test', '?')[:12]}, "
-                f"{rec['run_dir']} {rec['world'].get('test', '?')[:12]}): kept, and the run reported from its "
-                "record; move the record away to replace it"
-            )
+def save_record(folder: str, rec: dict) -> None:
     os.makedirs(folder, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    with open(record_path(folder, rec["arm"], rec["seed"]), "w", encoding="utf-8") as f:
         json.dump(rec, f, indent=1, sort_keys=True)
         f.write("\n")
-    return None
 
 
 def load_records(folder: str) -> Dict[str, Dict[int, dict]]:
@@ -520,11 +506,17 @@ def run(args: argparse.Namespace) -> int:
     for arm in dict.fromkeys([*ARMS, *arms, *on_disk]):
         for seed in finished_seeds(os.path.join(args.run_dir, arm)):
             rec = arm_result(os.path.join(args.run_dir, arm, f"s{seed}"), arm, seed)
-            conflict = save_record(args.records, rec) if args.records else None
-            if conflict:
-                kept.append(conflict)
-            else:
-                results.setdefault(arm, {})[seed] = rec
+            old = results.get(arm, {}).get(seed)  # its kept record: a run on another world does not replace it
+            if old is not None and not same_world(old, rec):
+                kept.append(
+                    f"{record_path(args.records, arm, seed)} was run on another world (test sha256 "
+                    f"{old['world'].get('test', '?')[:12]}, {rec['run_dir']} {rec['world'].get('test', '?')[:12]}): "
+                    "kept, and the run reported from its record; move the record away to replace it"
+                )
+                continue
+            results.setdefault(arm, {})[seed] = rec
+            if args.records:
+                save_record(args.records, rec)
     if not results:
         raise SystemExit(f"areal-mem bench paper: no finished run under {args.run_dir}")
     results = {arm: results[arm] for arm in dict.fromkeys([*ARMS, *sorted(results)]) if arm in results}
