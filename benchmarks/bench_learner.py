@@ -10,6 +10,9 @@
 3. Forward + backward of MemSearcher-shaped contexts (a masked tool response between the
    action and the memory: about a fifth of the tokens trained) with the output head computed
    only at the trained positions, against at every position (what a plain HF forward does).
+4. Forward + backward of right-padded mixed-length micro-batches with the causal mask only
+   (the learner: no real token follows a pad) against the padding mask a plain HF forward
+   takes; repeats interleaved, medians; the largest log-prob difference is printed as well.
 
     .venv/bin/python benchmarks/bench_learner.py [--hidden 256 --layers 4 --rows 64 --repeats 3]
 """
@@ -152,6 +155,39 @@ def bench_head(engine, rows, repeats: int):
     return out
 
 
+def bench_mask(engine, rows, repeats: int, fixed_rows: int):
+    import statistics
+
+    from learner.batch import collate
+    from learner.loss import token_logp_entropy
+
+    model = engine.engine.module
+    batches = [collate(rows[i : i + fixed_rows]) for i in range(0, len(rows), fixed_rows)]
+
+    def padding_mask(b):
+        keep = b["loss_mask"] > 0
+        hidden = model.base_model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state
+        logp, _ = token_logp_entropy(model.get_output_embeddings()(hidden[:, :-1][keep]), b["labels"][keep])
+        return logp
+
+    ways = {
+        "causal mask only (the learner)": lambda b: engine._forward(b)[0][b["loss_mask"] > 0],
+        "padding mask (plain forward)": padding_mask,
+    }
+    times = {name: [] for name in ways}
+    for _ in tqdm(range(repeats), desc="padding mask", leave=False):
+        for name, fn in ways.items():
+            t0 = time.perf_counter()
+            for b in batches:
+                fn(b).sum().backward()
+            times[name].append(time.perf_counter() - t0)
+    engine.engine.zero_grad()
+    learner, plain = ways.values()
+    with torch.no_grad():
+        diff = max(float((learner(b) - plain(b)).abs().max()) for b in batches)
+    return {name: statistics.median(t) for name, t in times.items()}, diff
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hidden", type=int, default=256)
@@ -179,6 +215,7 @@ def main() -> None:
         head = bench_head(
             engine, memsearcher_rows(engine.engine.module.config.vocab_size, args.head_rows), args.repeats
         )
+        masks, mask_diff = bench_mask(engine, rows, args.repeats, args.fixed_rows)
 
     print(
         f"\nmodel: {n_params / 1e6:.2f} M parameters (hidden {args.hidden}, {args.layers} layers), "
@@ -202,6 +239,15 @@ def main() -> None:
     )
     for name, (t, n) in head.items():
         print(f"| {name} | {n} | {t:.3f} | {t / base:.2f} |")
+
+    base = next(iter(masks.values()))
+    print(
+        f"\n| forward + backward, {args.rows} mixed-length contexts in micro-batches of {args.fixed_rows} rows "
+        f"| seconds (median) | ratio |\n| --- | --- | --- |"
+    )
+    for name, t in masks.items():
+        print(f"| {name} | {t:.3f} | {t / base:.2f} |")
+    print(f"\nlargest log-prob difference between the two: {mask_diff:.2e}")
 
 
 if __name__ == "__main__":
