@@ -12,7 +12,7 @@ SEEDS=${2:-0 1 2}
 MODES=${3:-token_mean trajectory_mean context_mean}
 PY=.venv/bin/python
 $PY -c "from areal_mem.app.bench.arms import prepare_start; prepare_start('configs/debug_cpu.yaml', ['learner.sft.threads=1'], '$OUT/start', sft=True)"
-START=(world.dir="$OUT/start/world" retriever.index_dir="$OUT/start/index" model.path="$OUT/start/sft/model"
+START=(world.dir="$OUT/start/world" world.build=false retriever.index_dir="$OUT/start/index" model.path="$OUT/start/sft/model"
        learner.sft.warm_start=false)
 # the dev and train curves beside training (docs/eval_beside_training.md): where each run diverges
 EVAL=(eval.interval=25 eval.dev_questions=32 eval.train_questions=32)

@@ -67,12 +67,13 @@ class TrainPipeline:
         )
         manifest = os.path.join(w.dir, "manifest.json")
         # a world found built is checked whether or not this run would build it: the filters
-        # are what the config says the run trains and evaluates on
+        # are what the config says the run trains and evaluates on. Its seed only where the run
+        # would build it: a world built elsewhere (`world.build: false`) may serve many run seeds
         if os.path.exists(manifest):
             from .world import check_built_world, world_filters
 
             try:
-                check_built_world(w.dir, world_filters(types, attributes, chains))
+                check_built_world(w.dir, world_filters(types, attributes, chains), w.seed if w.build else None)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         elif w.build:

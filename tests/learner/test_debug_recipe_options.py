@@ -104,6 +104,35 @@ def test_a_run_that_does_not_build_the_world_still_refuses_one_of_other_filters(
         TrainPipeline(cfg, evaluate=False).prepare()
 
 
+def test_a_run_that_builds_its_world_refuses_one_built_from_another_seed(tmp_path):
+    """A new seed in an old run dir would otherwise resume on the old seed's world; a world
+    built elsewhere (`world.build: false`) may serve any run seed."""
+    from areal_mem.app.train import TrainPipeline
+    from areal_mem.config import ConfigError
+
+    types, attrs = ["single"], ["person.occupation", "city.country"]
+    build_world(
+        str(tmp_path / "world"), seed=0, passages=200, questions=60, question_types=types, single_attributes=attrs
+    )
+    check_built_world(str(tmp_path / "world"), world_filters(types, attrs, []), seed=0)
+    with pytest.raises(ValueError, match="world.seed: the world in .* was built from seed 0, the config asks for 1"):
+        check_built_world(str(tmp_path / "world"), world_filters(types, attrs, []), seed=1)
+    cfg = load_run([os.path.join(REPO, "configs", "debug_cpu.yaml")], [f"run_dir={tmp_path}", "seed=1"])
+    with pytest.raises(ConfigError, match="world.seed"):
+        TrainPipeline(cfg, evaluate=False).prepare()
+    shared = load_run(
+        [os.path.join(REPO, "configs", "debug_cpu.yaml")],
+        [
+            f"run_dir={tmp_path}",
+            "seed=1",
+            "world.build=false",
+            "model.build=false",
+            "retriever.urls=[http://127.0.0.1:9]",
+        ],
+    )
+    TrainPipeline(shared, evaluate=False).prepare()  # no error: the world is not this run's to build
+
+
 def test_bad_filters_name_the_key(tmp_path):
     with pytest.raises(ValueError, match="world.question_types"):
         build_world(str(tmp_path), passages=100, questions=20, question_types=["trivia"])

@@ -40,6 +40,7 @@ class Start:
     def overrides(self) -> List[str]:
         return [
             f"world.dir={self.world}",
+            "world.build=false",  # given, not built: any run seed may train on it
             f"retriever.index_dir={self.index}",
             f"model.path={self.model}",
             "learner.sft.warm_start=false",

@@ -104,14 +104,21 @@ def world_filters(
     }
 
 
-def check_built_world(out_dir: str, filters: Dict[str, List[str]]) -> None:
+def check_built_world(out_dir: str, filters: Dict[str, List[str]], seed: Optional[int] = None) -> None:
     """Raise when the world in `out_dir` was built with other question filters than `filters`
-    (`world_filters`): a resumed run or a new seed in an old run dir would otherwise train and
-    evaluate on questions its config does not describe. A manifest written before the filters
-    were recorded is not checked."""
+    (`world_filters`), or from another seed than `seed` (None: any): a resumed run or a new seed
+    in an old run dir would otherwise train and evaluate on questions its config does not
+    describe. A manifest written before the filters were recorded is not checked for them."""
     path = os.path.join(out_dir, "manifest.json")
     with open(path, encoding="utf-8") as f:
-        built = json.load(f).get("filters")
+        manifest = json.load(f)
+    if seed is not None and manifest.get("seed", seed) != seed:
+        raise ValueError(
+            f"world.seed: the world in {out_dir} was built from seed {manifest['seed']}, the config asks for "
+            f"{seed} (world.seed defaults to the run seed); use a new run_dir (or world.dir), or remove the "
+            "world to rebuild it"
+        )
+    built = manifest.get("filters")
     if built is None:
         return
     for key, want in filters.items():
