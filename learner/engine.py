@@ -79,9 +79,10 @@ def forward_at(self, input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tenso
 
     No padding mask: in a right-padded row no real token comes after a pad, so the causal mask
     alone is exact for every real position (pads' own outputs are never read), and without a
-    mask the attention kernels may skip the masked half (PyTorch's CPU flash kernel: 10-15%
-    faster forward + backward on the paper recipe's MemSearcher rows, bit-identical log-probs) or run
-    FlashAttention on a GPU, which a padding mask rules out.
+    mask the attention kernels may skip the masked half or run FlashAttention on a GPU, which a
+    padding mask rules out. On the paper recipe's MemSearcher rows (PyTorch's CPU flash kernel)
+    the log-probs are bit-identical to the masked forward's and the gradients differ in the last
+    bits (<= 3e-8), so a seed's SFT does not repeat bit for bit a run from before this change.
 
     A whole batch's logits are B x L x vocab floats (8k tokens x 152k vocab: 5 GB in fp32), most
     of them at prompt and tool-response positions that no loss reads. Installed as the model's
