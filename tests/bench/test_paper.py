@@ -98,6 +98,11 @@ def test_arm_set_overrides_one_arm_after_the_common_ones():
     for common, own in bench_keys:
         with pytest.raises(SystemExit, match="is the bench's to set"):
             arm_overrides(arms, common, own)
+    # a run's own outputs: one path for every arm (or every seed of one) would be shared
+    for common, own in ((["learner.sft.out_dir=/tmp/sft"], []), ([], ["react:eval[out_dir]=/tmp/e"])):
+        with pytest.raises(SystemExit, match="is each run's own output"):
+            arm_overrides(arms, common, own)
+    assert arm_overrides(arms, ["world.dir=/tmp/w"], [])["react"][-1] == "world.dir=/tmp/w"  # an input may be shared
 
 
 def test_collect_reports_both_arms_by_type_with_sign_tests_and_targets(tmp_path, capsys):

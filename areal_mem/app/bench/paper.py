@@ -84,12 +84,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # what the bench itself sets per arm and run: an override of these would make an arm another arm
 # (or another seed's run) under its name
 BENCH_KEYS = ("rollout.workflow", "eval.method", "seed", "run_dir")
+# a run's own outputs, under its run dir by default: one path given for every arm or seed would
+# make a later run find an earlier one's SFT model or evaluation there and skip its own
+RUN_OUTPUTS = ("learner.sft.out_dir", "eval.out_dir")
 
 
 def arm_overrides(arms: List[str], common: List[str], arm_sets: List[str]) -> Dict[str, List[str]]:
     """Each arm's overrides: the workflow and its evaluation, `common`, then its own `--arm-set`s
     (later wins, so an arm's own beat the common ones). The keys the bench sets (`BENCH_KEYS`)
-    are refused by name, in either."""
+    and the runs' own outputs (`RUN_OUTPUTS`) are refused by name, in either."""
     for item in [*common, *(x.partition(":")[2] for x in arm_sets)]:
         # as OmegaConf reads a dotlist key: `rollout[workflow]` is `rollout.workflow`
         key = re.sub(r"\[([^\]]*)\]", r".\1", item.partition("=")[0]).strip().lstrip("+~")
@@ -97,6 +100,11 @@ def arm_overrides(arms: List[str], common: List[str], arm_sets: List[str]) -> Di
             raise SystemExit(
                 f"areal-mem bench paper: override {item!r}: {key} is the bench's to set per arm and run "
                 "(--arms, --seeds, --run-dir)"
+            )
+        if key in RUN_OUTPUTS:
+            raise SystemExit(
+                f"areal-mem bench paper: override {item!r}: {key} is each run's own output (under "
+                "--run-dir/<arm>/s<seed>); one path for several runs would have them read each other's"
             )
     out = {arm: [f"rollout.workflow={arm}", f"eval.method={arm}", *common] for arm in arms}
     for item in arm_sets:
