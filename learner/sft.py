@@ -1,14 +1,14 @@
 """Supervised warm start: the same engine, cross-entropy on the masked-in response tokens.
 
-Rows are shuffled per epoch with the run seed, so a resumed run continues at the
-same place in the same order (the checkpoint stores epoch and rows consumed).
+Rows are shuffled per epoch with the run seed (and, with `learner.sft.batch_tokens`, batched by
+length: `sft_batches.py`), so a resumed run continues at the same place in the same order (the
+checkpoint stores epoch and rows consumed).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import random
 from typing import List, Optional
 
 from tqdm import tqdm
@@ -20,12 +20,14 @@ from .batch import TrainRow
 from .checkpoint import CheckpointManager, TrainState
 from .engine import LearnerEngine
 from .metrics import MetricsLogger
+from .sft_batches import row_batches, token_batches
 
 
-def epoch_order(n: int, seed: int, epoch: int) -> List[int]:
-    order = list(range(n))
-    random.Random(seed * 1_000_003 + epoch).shuffle(order)
-    return order
+def epoch_batches(rows: List[TrainRow], scfg: SFTConfig, seed: int, epoch: int) -> List[List[int]]:
+    """The row indices of each step of `epoch`: `batch_tokens` padded tokens, or `batch_rows` rows."""
+    if scfg.batch_tokens:
+        return token_batches([len(r) for r in rows], scfg.batch_tokens, seed, epoch)
+    return row_batches(len(rows), scfg.batch_rows, seed, epoch)
 
 
 def lr_scheduler(scfg: SFTConfig, total_steps: int) -> Optional[dict]:
@@ -49,8 +51,8 @@ def lr_scheduler(scfg: SFTConfig, total_steps: int) -> Optional[dict]:
 def run_sft(cfg: RunConfig, rows: List[TrainRow], engine: Optional[LearnerEngine] = None) -> TrainState:
     """Train `rows` for `learner.sft.epochs`; export to `learner.sft.out_dir` (default <run_dir>/sft/model)."""
     scfg = cfg.learner.sft
-    per_epoch = -(-len(rows) // scfg.batch_rows)
-    total = per_epoch * scfg.epochs
+    plans = [epoch_batches(rows, scfg, cfg.seed, e) for e in range(scfg.epochs)]
+    total = sum(len(p) for p in plans)
     if engine is None:
         lcfg = dataclasses.replace(cfg.learner, lr=scfg.lr)
         engine = LearnerEngine(cfg.model.path, lcfg, seed=cfg.seed, scheduler=lr_scheduler(scfg, total))
@@ -59,9 +61,11 @@ def run_sft(cfg: RunConfig, rows: List[TrainRow], engine: Optional[LearnerEngine
     log = MetricsLogger(cfg.run_dir, enabled=engine.rank == 0)
     bar = tqdm(total=total, initial=state.step, desc="sft", disable=engine.rank != 0)
     while state.epoch < scfg.epochs:
-        order = epoch_order(len(rows), cfg.seed, state.epoch)
-        while state.groups_consumed < len(rows):
-            idx = order[state.groups_consumed : state.groups_consumed + scfg.batch_rows]
+        done = 0  # rows of this epoch's batches before the next one to train
+        for idx in plans[state.epoch]:
+            done += len(idx)
+            if done <= state.groups_consumed:
+                continue  # trained before the run was resumed
             lr = engine.lr()  # the rate of this step (the scheduler moves on inside it)
             m = engine.sft_step([rows[i] for i in idx])
             state.groups_consumed += len(idx)

@@ -105,7 +105,10 @@ class SFTConfig:
 
     data: List[str] = field(default_factory=list)  # jsonl or Arrow (.arrow/.parquet) files of context rows
     epochs: int = 1
-    batch_rows: int = 64  # contexts per optimiser step
+    batch_rows: int = 64  # contexts per optimiser step (when batch_tokens is 0)
+    # > 0: each step trains rows of similar length whose rows x longest row stays within this
+    # many tokens, in place of batch_rows rows drawn at random (docs/learner.md "SFT batches")
+    batch_tokens: int = 0
     lr: float = 1e-4
     # decaying the rate lets a short SFT end where a longer constant-rate one would (docs/debug_recipe.md)
     lr_schedule: LRSchedule = LRSchedule.constant
@@ -120,6 +123,10 @@ class SFTConfig:
     threads: int = 0
 
     def __post_init__(self) -> None:
+        if self.batch_rows <= 0:
+            raise ValueError(f"learner.sft.batch_rows must be positive, got {self.batch_rows}")
+        if self.batch_tokens < 0:
+            raise ValueError(f"learner.sft.batch_tokens must be >= 0 (0: batch_rows rows), got {self.batch_tokens}")
         if self.warmup_steps < 0:
             raise ValueError(f"learner.sft.warmup_steps must be >= 0, got {self.warmup_steps}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
