@@ -11,7 +11,9 @@ OUT=${1:?usage: scripts/ablation_loss_agg.sh OUT [SEEDS] [MODES]}
 SEEDS=${2:-0 1 2}
 MODES=${3:-token_mean trajectory_mean context_mean}
 PY=.venv/bin/python
-$PY -c "from areal_mem.app.bench.arms import prepare_start; prepare_start('configs/debug_cpu.yaml', ['learner.sft.threads=1'], '$OUT/start', sft=True)"
+# the recipe as the ablation of docs/learner.md ran it (2026-12-04): 10 SFT epochs of 8 random rows, 100 RL steps
+AS_RAN=(learner.sft.epochs=10 learner.sft.batch_tokens=0 learner.sft.batch_rows=8)
+$PY -c "from areal_mem.app.bench.arms import prepare_start; prepare_start('configs/debug_cpu.yaml', ['learner.sft.threads=1', *'${AS_RAN[*]}'.split()], '$OUT/start', sft=True)"
 START=(world.dir="$OUT/start/world" world.build=false retriever.index_dir="$OUT/start/index" model.path="$OUT/start/sft/model"
        learner.sft.warm_start=false)
 # the dev and train curves beside training (docs/eval_beside_training.md): where each run diverges
@@ -25,7 +27,7 @@ for seed in $SEEDS; do
       mkdir -p "$run/eval" && cp -r "$OUT/eval_start" "$run/eval/start"
     fi
     .venv/bin/areal-mem train --config configs/debug_cpu.yaml run_dir="$run" seed="$seed" \
-      learner.loss_agg="$mode" "${START[@]}" "${EVAL[@]}"
+      learner.loss_agg="$mode" learner.steps=100 "${START[@]}" "${EVAL[@]}"
     [ -d "$OUT/eval_start" ] || cp -r "$run/eval/start" "$OUT/eval_start"
   done
 done

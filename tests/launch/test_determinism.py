@@ -35,7 +35,6 @@ SYNC = [
     "learner.steps=3",
     "learner.sft.warm_start=true",
     "learner.sft.oracle_questions=16",
-    "learner.sft.batch_rows=8",
     "learner.sft.threads=2",
 ]
 TIMING = ("_s", "tokens_per_s")
