@@ -33,7 +33,7 @@ def main() -> None:
 
     from areal_mem.config.learner import LearnerConfig
     from learner.engine import LearnerEngine
-    from learner.sft_batches import epoch_order, row_batches, token_batches
+    from learner.sft_batches import epoch_order, padded_tokens, row_batches, token_batches
     from learner.sft_data import read_all
 
     rows = read_all([args.data])
@@ -65,9 +65,10 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     base = statistics.median(next(iter(times.values())))
     for name, plan in plans.items():
-        padded = sum(len(b) * max(lengths[i] for i in b) for b in plan)
         t = statistics.median(times[name])
-        print(f"| {name} | {len(plan)} | {real / len(plan):.0f} | {padded / real:.2f} | {t:.2f} | {t / base:.2f} |")
+        print(
+            f"| {name} | {len(plan)} | {real / len(plan):.0f} | {padded_tokens(plan, lengths) / real:.2f} | {t:.2f} | {t / base:.2f} |"
+        )
 
 
 if __name__ == "__main__":

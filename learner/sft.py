@@ -51,8 +51,8 @@ def lr_scheduler(scfg: SFTConfig, total_steps: int) -> Optional[dict]:
 def run_sft(cfg: RunConfig, rows: List[TrainRow], engine: Optional[LearnerEngine] = None) -> TrainState:
     """Train `rows` for `learner.sft.epochs`; export to `learner.sft.out_dir` (default <run_dir>/sft/model)."""
     scfg = cfg.learner.sft
-    plans = [epoch_batches(rows, scfg, cfg.seed, e) for e in range(scfg.epochs)]
-    total = sum(len(p) for p in plans)
+    # every epoch has as many steps: the cuts depend only on the sorted lengths, not the shuffle
+    total = len(epoch_batches(rows, scfg, cfg.seed, 0)) * scfg.epochs
     if engine is None:
         lcfg = dataclasses.replace(cfg.learner, lr=scfg.lr)
         engine = LearnerEngine(cfg.model.path, lcfg, seed=cfg.seed, scheduler=lr_scheduler(scfg, total))
@@ -62,7 +62,7 @@ def run_sft(cfg: RunConfig, rows: List[TrainRow], engine: Optional[LearnerEngine
     bar = tqdm(total=total, initial=state.step, desc="sft", disable=engine.rank != 0)
     while state.epoch < scfg.epochs:
         done = 0  # rows of this epoch's batches before the next one to train
-        for idx in plans[state.epoch]:
+        for idx in epoch_batches(rows, scfg, cfg.seed, state.epoch):
             done += len(idx)
             if done <= state.groups_consumed:
                 continue  # trained before the run was resumed

@@ -47,3 +47,8 @@ def token_batches(lengths: Sequence[int], budget: int, seed: int, epoch: int) ->
             batches.append([i])
     random.Random(seed * 1_000_003 + epoch).shuffle(batches)
     return batches
+
+
+def padded_tokens(batches: Sequence[Sequence[int]], lengths: Sequence[int]) -> int:
+    """What the batches cost: each row padded to its batch's longest."""
+    return sum(len(b) * max(lengths[i] for i in b) for b in batches)

@@ -7,7 +7,7 @@ import torch
 
 from areal_mem.config import ConfigError, load_run
 from learner.batch import TrainRow
-from learner.sft_batches import epoch_order, row_batches, token_batches
+from learner.sft_batches import epoch_order, padded_tokens, row_batches, token_batches
 
 
 def _bimodal(n=200, seed=0):
@@ -26,11 +26,11 @@ def test_token_batches_cover_every_row_once_within_the_budget():
     batches = token_batches(lengths, 3000, seed=0, epoch=0)
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     assert all(len(b) * max(lengths[i] for i in b) <= 3000 for b in batches)
-    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
     # random 8-row batches of the same rows pad to ~1.4x; sorted ones to a few percent
-    assert padded / sum(lengths) < 1.05
+    assert padded_tokens(batches, lengths) / sum(lengths) < 1.05
     rand = row_batches(len(lengths), 8, seed=0, epoch=0)
-    assert sum(len(b) * max(lengths[i] for i in b) for b in rand) / sum(lengths) > 1.2
+    assert padded_tokens(rand, lengths) / sum(lengths) > 1.2
+    assert padded_tokens([[0, 1], [2]], [3, 5, 7]) == 17
     # short rows share a step with more rows than long ones
     sizes = {len(b) for b in batches}
     assert max(sizes) >= 14 and min(sizes) <= 5
@@ -42,6 +42,8 @@ def test_token_batches_are_a_function_of_seed_and_epoch():
     assert a == token_batches(lengths, 3000, seed=0, epoch=0)
     assert a != token_batches(lengths, 3000, seed=0, epoch=1)
     assert a != token_batches(lengths, 3000, seed=1, epoch=0)
+    # the cuts depend only on the sorted lengths: every epoch has as many steps (run_sft counts on it)
+    assert {len(token_batches(lengths, 3000, seed=s, epoch=e)) for s in (0, 1) for e in range(4)} == {len(a)}
     # equal lengths: which rows share a batch follows the epoch's shuffle, not the row index
     same = token_batches([100] * 40, 1000, seed=0, epoch=0)
     assert [len(b) for b in same] == [10] * 4
