@@ -13,7 +13,7 @@ import json
 import math
 import os
 from dataclasses import asdict
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Sequence
 
 from areal_mem.config.model import TinyModelConfig
 
@@ -67,7 +67,9 @@ def _world_texts(world_dir: str, extra: List[str]) -> Iterator[str]:
 
 
 def train_tokenizer(world_dir: str, vocab_size: int = 4096, extra_texts: Optional[List[str]] = None):
-    """A `PreTrainedTokenizerFast` with Qwen chat specials, eos `<|im_end|>`, pad `<|endoftext|>`."""
+    """A `PreTrainedTokenizerFast` with Qwen chat specials, eos `<|im_end|>`, pad `<|endoftext|>`.
+
+    `extra_texts` join the world's text as often as they are listed (BPE merges by frequency)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -104,16 +106,27 @@ def train_tokenizer(world_dir: str, vocab_size: int = 4096, extra_texts: Optiona
     return fast
 
 
-def init_model(world_dir: str, out_dir: str, shape: Optional[TinyModelConfig] = None, seed: int = 0) -> str:
-    """Write tokenizer + randomly initialised Qwen2ForCausalLM (safetensors) to `out_dir`."""
+def init_model(
+    world_dir: str,
+    out_dir: str,
+    shape: Optional[TinyModelConfig] = None,
+    seed: int = 0,
+    workflow_texts: Sequence[str] = (),
+) -> str:
+    """Write tokenizer + randomly initialised Qwen2ForCausalLM (safetensors) to `out_dir`.
+
+    `workflow_texts` (the run's prompt and injected instructions) are trained on
+    `shape.workflow_text_repeats` times more."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     shape = shape or TinyModelConfig()
-    tokenizer = train_tokenizer(world_dir, shape.vocab_size)
-    # every field of the shape is a Qwen2Config argument of the same name; the vocabulary is the tokenizer's
+    tokenizer = train_tokenizer(world_dir, shape.vocab_size, list(workflow_texts) * shape.workflow_text_repeats)
+    # every other field of the shape is a Qwen2Config argument of the same name; the vocabulary is the tokenizer's
+    qwen = asdict(shape)
+    del qwen["workflow_text_repeats"]
     config = Qwen2Config(
-        **{**asdict(shape), "vocab_size": len(tokenizer)},
+        **{**qwen, "vocab_size": len(tokenizer)},
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -89,10 +89,13 @@ class TrainPipeline:
             with open(manifest, encoding="utf-8") as f:
                 self.results["world_sha256"] = json.load(f).get("sha256")
         if cfg.model.build and not os.path.exists(os.path.join(cfg.model.path, "config.json")):
+            from rollout.workflows.setup import workflow_texts
+
             from .tiny_model import init_model
 
             log.info("building the tiny model in %s", cfg.model.path)
-            init_model(cfg.world.dir, cfg.model.path, cfg.model.init, cfg.seed)
+            texts = workflow_texts(cfg.rollout) if cfg.model.init.workflow_text_repeats else []
+            init_model(cfg.world.dir, cfg.model.path, cfg.model.init, cfg.seed, texts)
         if cfg.retriever.urls or os.path.exists(os.path.join(cfg.retriever.index_dir, "manifest.json")):
             return
         if not cfg.world.build:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from areal_mem.config.rollout import RolloutLimits
 from areal_mem.data.task import Task
@@ -53,6 +53,9 @@ class WorkflowContext:
 class Workflow(ABC):
     name: str = ""
     default_prompt: str = ""  # a file in rollout/prompts/, used when the config names none
+    # fixed text the workflow writes into every context besides its prompt (instructions); a
+    # tiny model's tokenizer may learn them as whole words (`model.init.workflow_text_repeats`)
+    injected_texts: Tuple[str, ...] = ()
 
     def template(self, ctx: WorkflowContext) -> str:
         """The prompt template of this episode: the configured one, else the workflow's default."""

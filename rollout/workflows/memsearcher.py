@@ -51,6 +51,7 @@ def tool_turn_text(responses: str, instruction: str = "") -> str:
 class MemSearcherWorkflow(Workflow):
     name = "memsearcher"
     default_prompt = "memsearcher.txt"
+    injected_texts = (MEMORY_INSTRUCTION,)
 
     async def run(self, task: Task, ctx: WorkflowContext, traj_id: str) -> Trajectory:
         template = self.template(ctx)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from areal_mem.config import ConfigError
 from areal_mem.config.rollout import PromptStyle, RolloutConfig
@@ -13,7 +13,7 @@ from rollout import registry
 from rollout.tools.base import SearchBackend, Tool, ToolBuild
 
 from .base import Generator, RewardFn, Workflow, WorkflowContext
-from .tokens import packaged_prompt
+from .tokens import packaged_prompt, render_prompt
 
 
 def build_workflow(name: str) -> Workflow:
@@ -50,6 +50,14 @@ def prompt_template(rollout: RolloutConfig, workflow: Workflow) -> str:
     if not default or rollout.prompt_style == PromptStyle.released:
         return ""
     return packaged_prompt(default.replace(".txt", f"_{rollout.prompt_style.value}.txt"))
+
+
+def workflow_texts(rollout: RolloutConfig) -> List[str]:
+    """The fixed text of `rollout.workflow`'s contexts: its prompt with empty slots, then the
+    instructions it injects (what a tiny model's tokenizer is trained on besides the world)."""
+    workflow = build_workflow(rollout.workflow)
+    template = prompt_template(rollout, workflow) or packaged_prompt(workflow.default_prompt)
+    return [render_prompt(template, question="", memory=""), *workflow.injected_texts]
 
 
 def build_context(
