@@ -97,3 +97,34 @@ def test_packaged_prompt_is_the_released_one():
         pytest.skip("shared/reference is not beside this checkout")
     with open(released, encoding="utf-8") as f:
         assert memsearcher_prompt() == f.read()
+
+
+def test_workflow_text_repeats_make_the_fixed_text_whole_words(world_dir, tmp_path):
+    """The prompt and the memory instruction, trained on 100 times more, take under half the
+    tokens together and still round-trip; 0 repeats give the tokenizer of before, byte for byte; the key
+    is not written into the model's config."""
+    import json
+
+    from areal_mem.app.tiny_model import init_model, train_tokenizer
+    from areal_mem.config.model import TinyModelConfig
+    from rollout.workflows.memsearcher import MEMORY_INSTRUCTION
+    from rollout.workflows.tokens import packaged_prompt
+
+    prompt = packaged_prompt("memsearcher_short.txt").replace("{question}", "").replace("{memory}", "")
+    texts = [prompt, MEMORY_INSTRUCTION]
+    shape = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    kw = dict(num_key_value_heads=1, vocab_size=1024)
+    init_model(world_dir, str(tmp_path / "once"), TinyModelConfig(**shape, **kw), 0, texts)
+    init_model(world_dir, str(tmp_path / "many"), TinyModelConfig(**shape, **kw, workflow_text_repeats=100), 0, texts)
+    once = AutoTokenizer.from_pretrained(str(tmp_path / "once"))
+    many = AutoTokenizer.from_pretrained(str(tmp_path / "many"))
+    counts = []
+    for text in texts:
+        ids = many.encode(text, add_special_tokens=False)
+        counts.append((len(ids), len(once.encode(text, add_special_tokens=False))))
+        assert many.decode(ids) == text
+    assert all(n < n_once for n, n_once in counts) and 2 * sum(n for n, _ in counts) < sum(m for _, m in counts), counts
+    before = train_tokenizer(world_dir, 1024)  # what init_model trained before the key existed
+    assert once.get_vocab() == before.get_vocab()
+    with open(tmp_path / "many" / "config.json", encoding="utf-8") as f:
+        assert "workflow_text_repeats" not in json.load(f)

@@ -38,3 +38,17 @@ def test_sampling_limits_and_eval_overrides(tokenizer, retriever):
         build_context(_rollout("rollout.limits.max_turns=0"), ms, None, tokenizer, retriever)
     with pytest.raises(ValueError, match="the wikipedia_search tool needs a retriever"):
         build_context(_rollout(), ms, None, tokenizer, None)
+
+
+def test_workflow_texts_are_the_prompt_with_empty_slots_and_the_injected_instructions():
+    from rollout.workflows.memsearcher import MEMORY_INSTRUCTION
+    from rollout.workflows.setup import workflow_texts
+
+    prompt, instruction = workflow_texts(_rollout("rollout.prompt_style=short"))
+    assert prompt == packaged_prompt("memsearcher_short.txt").replace("{question}", "").replace("{memory}", "")
+    assert "{question}" not in prompt and instruction == MEMORY_INSTRUCTION
+    released = workflow_texts(_rollout())  # no prompt configured: the workflow's own
+    assert released[0] == packaged_prompt("memsearcher.txt").replace("{question}", "").replace("{memory}", "")
+    assert workflow_texts(_rollout("rollout.workflow=react", "rollout.prompt_style=short")) == [
+        packaged_prompt("react_short.txt").replace("{question}", "")
+    ]
