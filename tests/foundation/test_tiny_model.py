@@ -128,3 +128,12 @@ def test_workflow_text_repeats_make_the_fixed_text_whole_words(world_dir, tmp_pa
     assert once.get_vocab() == before.get_vocab()
     with open(tmp_path / "many" / "config.json", encoding="utf-8") as f:
         assert "workflow_text_repeats" not in json.load(f)
+
+
+def test_a_negative_workflow_text_repeats_is_refused_by_name():
+    import pytest
+
+    from areal_mem.config import ConfigError, load_run
+
+    with pytest.raises(ConfigError, match="model.init.workflow_text_repeats must be >= 0"):
+        load_run(overrides=["model.path=m", "model.init.workflow_text_repeats=-1"])
