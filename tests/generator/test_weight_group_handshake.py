@@ -109,7 +109,11 @@ pg = init_custom_process_group(backend="gloo", init_method="tcp://127.0.0.1:{por
 t = torch.empty(5)
 dist.broadcast(t, 0, pg)
 print(json.dumps(t.tolist()), flush=True)
-dist.destroy_process_group(pg)
+# exit without tearing the group down: gloo's teardown while the learner side still holds the
+# pair aborted the interpreter once under CI load ("terminate called without an active
+# exception", rc -6) after the tensor had arrived; the teardown is not what this test checks
+import os
+os._exit(0)
 """
 
 
