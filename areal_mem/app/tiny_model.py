@@ -9,6 +9,7 @@ and the generators load like any hub checkpoint.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -18,6 +19,9 @@ from typing import Iterator, List, Optional, Sequence
 from areal_mem.config.model import TinyModelConfig
 
 HELP = "build a tiny Qwen2 model and BPE tokenizer (Hugging Face format) for CPU runs"
+# What the model folder was built from (the shape, the tokenizer's workflow-text repeats, the
+# seed): the tokenizer depends on keys that no Hugging Face file records.
+INIT_RECORD = "areal_mem_init.json"
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # The agent's tags: added (not special) tokens, so they stay in decoded text but cost one token.
@@ -140,7 +144,42 @@ def init_model(
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
+    with open(os.path.join(out_dir, INIT_RECORD), "w", encoding="utf-8") as f:
+        json.dump(_init_record(shape, seed, workflow_texts), f, indent=1)
     return out_dir
+
+
+def _init_record(shape: TinyModelConfig, seed: int, workflow_texts: Sequence[str]) -> dict:
+    texts = "\0".join(workflow_texts) if shape.workflow_text_repeats else ""
+    return {**asdict(shape), "seed": seed, "workflow_texts_sha256": hashlib.sha256(texts.encode()).hexdigest()}
+
+
+def check_built_model(model_dir: str, shape: TinyModelConfig, seed: int, workflow_texts: Sequence[str] = ()) -> None:
+    """Raise when the tiny model in `model_dir` was built from another `model.init`, seed or
+    workflow text than asked: a resumed run dir would otherwise train a model (and a tokenizer)
+    its config does not describe. A model built before the record was written is not checked."""
+    path = os.path.join(model_dir, INIT_RECORD)
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        built = json.load(f)
+    hint = "use a new run_dir (or model.path), or remove the model to rebuild it"
+    want = _init_record(shape, seed, workflow_texts)
+    for key, value in want.items():
+        if key not in built or built[key] == value:
+            continue
+        if key == "seed":
+            raise ValueError(
+                f"seed: the model in {model_dir} was built from seed {built[key]}, the run's is {seed}; {hint}"
+            )
+        if key == "workflow_texts_sha256":
+            raise ValueError(
+                f"model.init.workflow_text_repeats: the tokenizer of the model in {model_dir} learned another "
+                f"workflow text than this config's (rollout.workflow, rollout.prompt_style or the prompt differ); {hint}"
+            )
+        raise ValueError(
+            f"model.init.{key}: the model in {model_dir} was built with {built[key]}, the config asks for {value}; {hint}"
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -155,6 +194,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", type=int, default=d.num_attention_heads)
     parser.add_argument("--kv-heads", type=int, default=d.num_key_value_heads)
     parser.add_argument("--max-positions", type=int, default=d.max_position_embeddings)
+    parser.add_argument(
+        "--workflow-text-repeats",
+        type=int,
+        default=d.workflow_text_repeats,
+        help="train the tokenizer on the workflow's prompt and injected instructions this many times more (model.init.workflow_text_repeats)",
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="run config(s) whose rollout section (workflow, prompt_style, prompt_file) gives that text; default: the rollout defaults",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,12 +214,33 @@ def run(args: argparse.Namespace) -> int:
     if args.heads % args.kv_heads or args.hidden % args.heads:
         print("areal-mem init-model: --hidden must divide by --heads and --heads by --kv-heads")
         return 2
+    if args.config and not args.workflow_text_repeats:
+        print("areal-mem init-model: --config gives the workflow text, which only --workflow-text-repeats > 0 uses")
+        return 2
+    from areal_mem.config import load_run
+
     start = time.time()
-    shape = TinyModelConfig(
-        args.vocab, args.hidden, args.intermediate, args.layers, args.heads, args.kv_heads, args.max_positions
-    )
     try:
-        init_model(args.world, args.out, shape, args.seed)
+        shape = TinyModelConfig(
+            args.vocab,
+            args.hidden,
+            args.intermediate,
+            args.layers,
+            args.heads,
+            args.kv_heads,
+            args.max_positions,
+            args.workflow_text_repeats,
+        )
+        texts: List[str] = []
+        if shape.workflow_text_repeats:
+            from rollout.workflows.setup import workflow_texts
+
+            texts = workflow_texts(load_run(args.config, optional=["model.path"]).rollout)
+    except ValueError as e:  # a negative count; a ConfigError of the run config
+        print(f"areal-mem init-model: {e}")
+        return 2
+    try:
+        init_model(args.world, args.out, shape, args.seed, texts)
     except FileNotFoundError as e:
         print(f"areal-mem init-model: {e}")
         return 2

@@ -88,14 +88,20 @@ class TrainPipeline:
             # positions in a split, so two runs' answers pair only on the same bytes
             with open(manifest, encoding="utf-8") as f:
                 self.results["world_sha256"] = json.load(f).get("sha256")
-        if cfg.model.build and not os.path.exists(os.path.join(cfg.model.path, "config.json")):
+        if cfg.model.build:
             from rollout.workflows.setup import workflow_texts
 
-            from .tiny_model import init_model
+            from .tiny_model import check_built_model, init_model
 
-            log.info("building the tiny model in %s", cfg.model.path)
             texts = workflow_texts(cfg.rollout) if cfg.model.init.workflow_text_repeats else []
-            init_model(cfg.world.dir, cfg.model.path, cfg.model.init, cfg.seed, texts)
+            if os.path.exists(os.path.join(cfg.model.path, "config.json")):
+                try:
+                    check_built_model(cfg.model.path, cfg.model.init, cfg.seed, texts)
+                except ValueError as e:
+                    raise ConfigError(str(e)) from None
+            else:
+                log.info("building the tiny model in %s", cfg.model.path)
+                init_model(cfg.world.dir, cfg.model.path, cfg.model.init, cfg.seed, texts)
         if cfg.retriever.urls or os.path.exists(os.path.join(cfg.retriever.index_dir, "manifest.json")):
             return
         if not cfg.world.build:

@@ -137,3 +137,78 @@ def test_a_negative_workflow_text_repeats_is_refused_by_name():
 
     with pytest.raises(ConfigError, match="model.init.workflow_text_repeats must be >= 0"):
         load_run(overrides=["model.path=m", "model.init.workflow_text_repeats=-1"])
+
+
+SMALL = [
+    "--hidden",
+    "32",
+    "--intermediate",
+    "64",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--kv-heads",
+    "1",
+    "--vocab",
+    "1024",
+]
+
+
+def test_a_built_model_records_what_it_was_built_from_and_refuses_another_config(world_dir, tmp_path, capsys):
+    """`init-model --workflow-text-repeats N --config RUN.yaml` learns that config's workflow text;
+    the folder records shape, seed and text, and `check_built_model` names whatever differs."""
+    import pytest
+
+    from areal_mem.app.cli import main
+    from areal_mem.app.tiny_model import check_built_model
+    from areal_mem.config import load_run
+    from areal_mem.config.model import TinyModelConfig
+    from rollout.workflows.setup import workflow_texts
+
+    recipe = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "debug_cpu.yaml")
+    out = str(tmp_path / "m")
+    argv = ["init-model", "--world", world_dir, "--out", out, *SMALL]
+    assert main([*argv, "--workflow-text-repeats", "100", "--config", recipe]) == 0
+    rollout = load_run([recipe], optional=["model.path"]).rollout
+    texts = workflow_texts(rollout)
+    prompt_ids = AutoTokenizer.from_pretrained(out).encode(texts[0], add_special_tokens=False)
+    default_texts = workflow_texts(load_run(optional=["model.path"]).rollout)  # the released prompt
+    assert texts[0] != default_texts[0] and len(prompt_ids) < 80  # the short prompt, whole words
+    shape = TinyModelConfig(1024, 32, 64, 1, 2, 1, workflow_text_repeats=100)
+    check_built_model(out, shape, 0, texts)  # what it was built from
+    with pytest.raises(
+        ValueError, match="model.init.workflow_text_repeats: the model in .* was built with 100, the config asks for 0"
+    ):
+        check_built_model(out, TinyModelConfig(1024, 32, 64, 1, 2, 1), 0)
+    with pytest.raises(ValueError, match="model.init.hidden_size: .* built with 32, the config asks for 64"):
+        check_built_model(out, TinyModelConfig(1024, 64, 64, 1, 2, 1, workflow_text_repeats=100), 0, texts)
+    with pytest.raises(ValueError, match="seed: the model in .* was built from seed 0, the run's is 1"):
+        check_built_model(out, shape, 1, texts)
+    with pytest.raises(ValueError, match="learned another workflow text .*rollout.prompt_style"):
+        check_built_model(out, shape, 0, default_texts)
+    os.remove(os.path.join(out, "areal_mem_init.json"))  # a model built before the record: not checked
+    check_built_model(out, TinyModelConfig(), 5)
+    capsys.readouterr()
+    assert main([*argv, "--config", recipe]) == 2  # a config only the workflow text would use
+    assert "--config gives the workflow text" in capsys.readouterr().out
+
+
+def test_a_run_refuses_a_built_model_of_another_shape(world_dir, tmp_path):
+    """A resumed run dir whose model was built from another `model.init` is refused by name
+    before any stage runs, not trained as if it were the config's."""
+    import pytest
+
+    from areal_mem.app.tiny_model import init_model
+    from areal_mem.app.train import TrainPipeline
+    from areal_mem.config import ConfigError, load_run
+    from areal_mem.config.model import TinyModelConfig
+
+    recipe = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "debug_cpu.yaml")
+    init_model(world_dir, str(tmp_path / "model"), TinyModelConfig(1024, 32, 64, 1, 2, 1))
+    every_question = ["world.question_types=[single,bridge,comparison]", "world.single_attributes=[]"]
+    cfg = load_run([recipe], [f"run_dir={tmp_path}", f"world.dir={world_dir}", "world.build=false", *every_question])
+    with pytest.raises(
+        ConfigError, match="model.init.vocab_size: the model in .* was built with 1024, the config asks for 2048"
+    ):
+        TrainPipeline(cfg, evaluate=False).prepare()
