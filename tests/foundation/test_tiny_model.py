@@ -9,6 +9,22 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from areal_mem.app.tiny_model import SPECIAL_TOKENS, TAG_TOKENS, memsearcher_prompt
 
+# the smallest model the CLI builds quickly
+SMALL = [
+    "--hidden",
+    "32",
+    "--intermediate",
+    "64",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--kv-heads",
+    "1",
+    "--vocab",
+    "1024",
+]
+
 
 def test_tokenizer_round_trips_prompt_and_special_tokens(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -39,28 +55,7 @@ def test_model_loads_and_gives_vocab_sized_logits(tiny_model_dir):
 def test_cli_writes_a_loadable_model(world_dir, tmp_path):
     out = tmp_path / "m"
     res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "areal_mem.app.cli",
-            "init-model",
-            "--world",
-            world_dir,
-            "--out",
-            str(out),
-            "--hidden",
-            "32",
-            "--intermediate",
-            "64",
-            "--layers",
-            "1",
-            "--heads",
-            "2",
-            "--kv-heads",
-            "1",
-            "--vocab",
-            "600",
-        ],
+        [sys.executable, "-m", "areal_mem.app.cli", "init-model", "--world", world_dir, "--out", str(out), *SMALL],
         capture_output=True,
         text=True,
     )
@@ -137,22 +132,6 @@ def test_a_negative_workflow_text_repeats_is_refused_by_name():
 
     with pytest.raises(ConfigError, match="model.init.workflow_text_repeats must be >= 0"):
         load_run(overrides=["model.path=m", "model.init.workflow_text_repeats=-1"])
-
-
-SMALL = [
-    "--hidden",
-    "32",
-    "--intermediate",
-    "64",
-    "--layers",
-    "1",
-    "--heads",
-    "2",
-    "--kv-heads",
-    "1",
-    "--vocab",
-    "1024",
-]
 
 
 def test_a_built_model_records_what_it_was_built_from_and_refuses_another_config(world_dir, tmp_path, capsys):
