@@ -12,8 +12,9 @@ SEEDS=${2:-0 1 2}
 MODES=${3:-token_mean trajectory_mean context_mean}
 PY=.venv/bin/python
 # the recipe as the ablation of docs/learner.md ran it (2026-12-04): 10 SFT epochs of 8 random rows, 100 RL
-# steps, the tokenizer without the workflow's text as whole words
-AS_RAN=(learner.sft.epochs=10 learner.sft.batch_tokens=0 learner.sft.batch_rows=8 model.init.workflow_text_repeats=0)
+# steps, the tokenizer without the workflow's text as whole words, vocabulary 2048, the world of 4000 passages
+AS_RAN=(learner.sft.epochs=10 learner.sft.batch_tokens=0 learner.sft.batch_rows=8 model.init.workflow_text_repeats=0
+        model.init.vocab_size=2048 world.passages=4000 world.questions=5000)
 $PY -c "from areal_mem.app.bench.arms import prepare_start; prepare_start('configs/debug_cpu.yaml', ['learner.sft.threads=1', *'${AS_RAN[*]}'.split()], '$OUT/start', sft=True)"
 START=(world.dir="$OUT/start/world" world.build=false retriever.index_dir="$OUT/start/index" model.path="$OUT/start/sft/model"
        learner.sft.warm_start=false)

@@ -188,6 +188,6 @@ def test_a_run_refuses_a_built_model_of_another_shape(world_dir, tmp_path):
     every_question = ["world.question_types=[single,bridge,comparison]", "world.single_attributes=[]"]
     cfg = load_run([recipe], [f"run_dir={tmp_path}", f"world.dir={world_dir}", "world.build=false", *every_question])
     with pytest.raises(
-        ConfigError, match="model.init.vocab_size: the model in .* was built with 1024, the config asks for 2048"
+        ConfigError, match="model.init.vocab_size: the model in .* was built with 1024, the config asks for 6144"
     ):
         TrainPipeline(cfg, evaluate=False).prepare()

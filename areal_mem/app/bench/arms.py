@@ -43,6 +43,7 @@ class Start:
             "world.build=false",  # given, not built: any run seed may train on it
             f"retriever.index_dir={self.index}",
             f"model.path={self.model}",
+            "model.build=false",  # likewise: not checked against the arm's seed or model.init
             "learner.sft.warm_start=false",
         ]
 
