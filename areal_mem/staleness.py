@@ -76,4 +76,10 @@ class StalenessManager:
 
     def is_stale(self, start_version: int) -> bool:
         """The drop rule: a group started before `version - eta` is never trained on."""
-        return start_version < self.version - self.max_staleness
+        return is_stale(start_version, self.version, self.max_staleness)
+
+
+def is_stale(start_version: int, version: int, max_staleness: int) -> bool:
+    """The drop rule on its own, for whoever learns the version: the buffer drops such a group,
+    and a rollout worker stops generating it (its tokens could never be trained on)."""
+    return start_version < version - max_staleness

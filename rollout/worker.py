@@ -8,6 +8,12 @@ from the start after a wait, at most `group_retries` times, then abandoned (its 
 released); nothing partial ever reaches the buffer. The slots it holds are kept in
 `slots_path`, so a worker restarted after a crash frees its predecessor's slots at
 once (else they would block admission until the buffer's `slot_ttl_s`).
+
+A group still generating when the learner's version passes its start version plus the
+staleness bound would be dropped by the buffer on arrival: every token still to come is
+wasted generator time. Given `max_staleness`, the worker cancels such a group as soon as
+a slot request tells it the new version (its requests are aborted as their connections
+close) and releases its slot.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
+from areal_mem.staleness import is_stale
 from areal_mem.trajectory import Group, Trajectory
 
 from .tasks import TaskCursor
@@ -35,6 +42,7 @@ class WorkerStats:
     groups_duplicate: int = 0  # already accepted before (a retry after a restart)
     groups_failed: int = 0
     groups_retried: int = 0  # runs of a group started again after its episodes failed
+    groups_cancelled_stale: int = 0  # stopped mid-generation: the buffer would have dropped them
     trajectories: int = 0
     reward_sum: float = 0.0
     started: float = field(default_factory=time.monotonic)
@@ -46,6 +54,7 @@ class WorkerStats:
             "groups_duplicate": self.groups_duplicate,
             "groups_failed": self.groups_failed,
             "groups_retried": self.groups_retried,
+            "groups_cancelled_stale": self.groups_cancelled_stale,
             "trajectories": self.trajectories,
             "mean_reward": self.reward_sum / n,
             "groups_per_s": self.groups_put / max(1e-9, time.monotonic() - self.started),
@@ -65,7 +74,9 @@ class RolloutWorker:
         group_retries: int = 3,
         retry_wait_s: float = 3.0,
         slots_path: str = "",
+        max_staleness: Optional[int] = None,
     ) -> None:
+        """`max_staleness`: the buffer's bound eta, to cancel groups it would drop; None: never."""
         if group_size < 1 or max_in_flight < 1:
             raise ValueError("rollout.group_size and rollout.max_concurrent_groups must be >= 1")
         self.workflow, self.ctx, self.buffer, self.cursor = workflow, ctx, buffer, cursor
@@ -74,6 +85,9 @@ class RolloutWorker:
         self.group_retries, self.retry_wait_s = group_retries, retry_wait_s  # waits 3, 6, 12 s
         self.slots_path = slots_path
         self._held: set = set()  # slots acquired and not yet put or released
+        self.max_staleness = max_staleness
+        self._generating: Dict[str, Tuple[asyncio.Future, int]] = {}  # group id -> (episodes, start version)
+        self._cancelled: set = set()  # group ids whose episodes `_cancel_stale` cancelled
         self.stats = WorkerStats()
 
     async def run(self, max_groups: Optional[int] = None, stop: Optional[asyncio.Event] = None) -> WorkerStats:
@@ -84,9 +98,13 @@ class RolloutWorker:
         await asyncio.to_thread(self._release_predecessors)
         while not stop.is_set() and (max_groups is None or started < max_groups):
             if len(in_flight) >= self.max_in_flight:
-                _, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                timeout = None if self.max_staleness is None else self.acquire_wait_s
+                _, in_flight = await asyncio.wait(in_flight, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if len(in_flight) >= self.max_in_flight and timeout is not None:  # still full: learn the version
+                    self._cancel_stale((await asyncio.to_thread(self.buffer.stats))["version"])
                 continue
             slot, version = await asyncio.to_thread(self.buffer.acquire_slot, self.acquire_wait_s)
+            self._cancel_stale(version)
             if not slot:
                 continue  # the staleness bound says wait; ask again
             self._hold(slot, True)
@@ -100,7 +118,13 @@ class RolloutWorker:
 
     async def _group(self, slot: str, version: int, task: Any, group_id: str) -> None:
         try:
-            trajs = await self._episodes(task, group_id)
+            trajs = await self._unless_stale(group_id, version, self._episodes(task, group_id))
+            if trajs is None:  # the buffer would drop it: stop spending the generator on it
+                self.stats.groups_cancelled_stale += 1
+                log.info("group %s cancelled: started at version %d, now too stale to train on", group_id, version)
+                await asyncio.to_thread(self._release, slot)
+                self._hold(slot, False)
+                return
             for traj in trajs:
                 traj.start_version = version
             stored = await asyncio.to_thread(self.buffer.put_group, Group(group_id, trajs), slot)
@@ -118,6 +142,29 @@ class RolloutWorker:
             self.stats.reward_sum += sum(t.reward for t in trajs)
         else:
             self.stats.groups_duplicate += 1
+
+    def _cancel_stale(self, version: int) -> None:
+        """Cancel the episodes of every group that `version` makes too stale to be trained on."""
+        if self.max_staleness is None:
+            return
+        for group_id, (episodes, start) in list(self._generating.items()):
+            if is_stale(start, version, self.max_staleness) and episodes.cancel():
+                self._cancelled.add(group_id)
+                del self._generating[group_id]
+
+    async def _unless_stale(self, group_id: str, version: int, work) -> Optional[List[Trajectory]]:
+        """The trajectories of `work`, or None if `_cancel_stale` cancelled it first."""
+        episodes = asyncio.ensure_future(work)
+        self._generating[group_id] = (episodes, version)
+        try:
+            return await episodes
+        except asyncio.CancelledError:
+            if group_id not in self._cancelled:  # the worker itself is being cancelled
+                raise
+            self._cancelled.discard(group_id)
+            return None
+        finally:
+            self._generating.pop(group_id, None)
 
     async def _episodes(self, task: Any, group_id: str) -> List[Trajectory]:
         """The group's G episodes, all run again when one fails (a service restarting)."""

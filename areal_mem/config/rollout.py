@@ -45,6 +45,9 @@ class RolloutConfig:
     num_workers: int = 1
     group_size: int = 5
     max_concurrent_groups: int = 16
+    # stop generating a group as soon as the learner's version makes it older than the buffer's
+    # staleness bound (the buffer would drop it on arrival); off: it runs to the end, then is dropped
+    cancel_stale_groups: bool = True
     limits: RolloutLimits = field(default_factory=RolloutLimits)
     temperature: float = 1.0
     top_p: float = 0.99

@@ -76,6 +76,7 @@ async def _main(cfg: RunConfig, args: argparse.Namespace) -> int:
                 cfg.rollout.group_size,
                 cfg.rollout.max_concurrent_groups,
                 slots_path=os.path.join(cfg.run_dir, "rollout", f"worker{args.worker_id}.slots.json"),
+                max_staleness=cfg.buffer.max_staleness if cfg.rollout.cancel_stale_groups else None,
             )
             stats = await worker.run(args.max_groups or None, stop)
         finally:
