@@ -4,7 +4,8 @@ Every step the engine admits waiting requests (one batched, left-padded prefill)
 running batch and decodes one token for every running request. The batch's KV cache
 (`kv_cache.py`) is left-padded, with a 2-D attention mask and explicit positions, so rows of
 different lengths share one forward pass; rows leave as soon as they
-finish and the common left padding is trimmed. Weights change only between steps, and every
+finish (the last rows move into their slots) and the common left padding is trimmed once it
+is worth a copy of the batch. Weights change only between steps, and every
 token records the weight version that sampled it.
 """
 
@@ -77,6 +78,18 @@ def top_entries(logp: torch.Tensor, ks: Sequence[int]) -> List[List[Tuple[float,
     values, ids = logp.topk(k, dim=-1)
     values, ids = values.tolist(), ids.tolist()
     return [list(zip(values[i][:n], ids[i][:n])) for i, n in enumerate(ks)]
+
+
+def compaction(keep: Sequence[int]) -> List[int]:
+    """The rows (ascending indices `keep`) in their new slots: slot i takes row `order[i]`. Rows
+    below len(keep) stay in their slots and the last rows fill the holes, so a row leaving costs
+    the copy of one row, not of the whole batch (its order does not matter to anyone)."""
+    n, kept = len(keep), set(keep)
+    order = list(range(n))
+    holes = [i for i in range(n) if i not in kept]
+    for hole, row in zip(holes, [i for i in keep if i >= n]):
+        order[hole] = row
+    return order
 
 
 def _pad_left(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -461,16 +474,17 @@ class Engine:
         if not keep:
             self._set_rows([], None, None, None, None)
             return
-        idx = torch.tensor(keep, device=self.device)
+        order = compaction(keep)
+        idx = torch.tensor(order, device=self.device)
         mask = self._mask[idx]
         trim = int(mask.argmax(dim=1).min())  # left padding that every row has
-        self._set_rows(
-            [self._rows[i] for i in keep],
-            kv_cache.select_rows(self._cache, idx, trim),
-            mask[:, trim:],
-            self._pos[idx],
-            self._last[idx],
-        )
+        if trim >= kv_cache.HEADROOM:  # worth a copy of every row: attention no longer reads it
+            cache, mask = kv_cache.select_rows(self._cache, idx, trim), mask[:, trim:]
+        else:  # move only the rows that fill the slots of leavers; the padding stays
+            cache = kv_cache.move_rows(
+                self._cache, [(src, dst) for dst, src in enumerate(order) if src != dst], len(order)
+            )
+        self._set_rows([self._rows[i] for i in order], cache, mask, self._pos[idx], self._last[idx])
 
     def _remember(self, indices: Sequence[int]) -> None:
         """Store the KV of these running rows (finishing or aborted) in the prefix cache."""

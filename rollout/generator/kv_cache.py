@@ -71,6 +71,19 @@ def select_rows(cache: Cache, rows: torch.Tensor, trim: int) -> Cache:
     return Cache(layers=out)
 
 
+def move_rows(cache: Cache, moves: Sequence[Tuple[int, int]], rows: int) -> Cache:
+    """The same cache, in place, with row `src` copied over row `dst` for each move, cut to its
+    first `rows` rows (a view of the buffers: no copy of the rows that stay where they are)."""
+    for layer in cache.layers:
+        n = layer.length
+        for src, dst in moves:
+            layer._k[dst, :, :n] = layer._k[src, :, :n]
+            layer._v[dst, :, :n] = layer._v[src, :, :n]
+        layer._k, layer._v = layer._k[:rows], layer._v[:rows]
+        layer._expose()
+    return cache
+
+
 def merge(parts: Sequence[Tuple[Cache, int]]) -> Cache:
     """The rows of every cache in order, each left-padded with zeros by its own amount to one
     common length, written into one new buffer per layer."""

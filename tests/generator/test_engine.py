@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from rollout.generator.engine import Engine, Request, WeightLoadError
+from rollout.generator.engine import Engine, Request, WeightLoadError, compaction
 from rollout.generator.sampling import SamplingSpec
 
 
@@ -62,6 +62,28 @@ def test_requests_share_steps_and_join_a_running_batch(engine, ref_model, h):
     assert after["decode_rows"] - before["decode_rows"] == 12 * (N - 1)
     for i, p in enumerate(prompts):
         r = col.done[str(i)]
+        ref = h.teacher_forced_logprobs(ref_model, p, r.output_ids)
+        assert torch.allclose(torch.tensor(r.logprobs), ref, atol=1e-4)
+
+
+def test_rows_that_leave_are_replaced_by_the_last_rows_and_every_row_stays_exact(engine, ref_model, h):
+    # slot i of the kept batch takes row order[i]: only rows past the kept count move
+    assert compaction([0, 2, 3, 5, 6]) == [0, 5, 2, 3, 6]
+    assert compaction([1, 2]) == [2, 1] and compaction([4]) == [4] and compaction([0, 1, 2]) == [0, 1, 2]
+    # rows of many lengths leave one by one from the middle of the batch while others join
+    prompts = h.make_prompts(10, ref_model.config.vocab_size, seed=12)
+    lengths = [7, 40, 13, 3, 29, 18, 9, 33, 5, 21]
+    col = Collector(10)
+    for i, p in enumerate(prompts[:6]):
+        engine.submit(_req(str(i), p, col, n=lengths[i]))
+    while engine.steps < 4:
+        time.sleep(0.005)
+    for i, p in enumerate(prompts[6:], start=6):
+        engine.submit(_req(str(i), p, col, n=lengths[i]))
+    assert col.event.wait(120)
+    for i, p in enumerate(prompts):
+        r = col.done[str(i)]
+        assert len(r.output_ids) == lengths[i]
         ref = h.teacher_forced_logprobs(ref_model, p, r.output_ids)
         assert torch.allclose(torch.tensor(r.logprobs), ref, atol=1e-4)
 
