@@ -6,8 +6,14 @@ weight publishers (through its own admin protocol), speak them without importing
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Union
+
+# The SGLang priority (larger first) of the generation requests made in this context; None: the
+# client's own. A rollout group sets it for its episodes (`rollout.oldest_first`), so that a
+# generator scheduling by priority serves the groups closest to the staleness bound first.
+REQUEST_PRIORITY: ContextVar[Optional[int]] = ContextVar("request_priority", default=None)
 
 
 @dataclass

@@ -13,7 +13,9 @@ A group still generating when the learner's version passes its start version plu
 staleness bound would be dropped by the buffer on arrival: every token still to come is
 wasted generator time. Given `max_staleness`, the worker cancels such a group as soon as
 a slot request tells it the new version (its requests are aborted as their connections
-close) and releases its slot.
+close) and releases its slot. With `oldest_first`, a group's generation requests carry SGLang's
+`priority`, higher for groups started earlier: a generator whose batch is full admits them
+first, so fewer groups outlive the bound.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from areal_mem.generation import REQUEST_PRIORITY
 from areal_mem.staleness import is_stale
 from areal_mem.trajectory import Group, Trajectory
 
@@ -34,6 +37,14 @@ from .tools.base import ToolUnavailable
 from .workflows.base import Workflow, WorkflowContext, run_episode
 
 log = logging.getLogger(__name__)
+
+# Rollout priorities sit above SGLang's default 0 and evaluation's `eval.priority` (-1).
+PRIORITY_TOP = 2**30
+
+
+def group_priority(start_version: int) -> int:
+    """The priority of a group's requests under `oldest_first`: the earlier it started, the higher."""
+    return PRIORITY_TOP - start_version
 
 
 @dataclass
@@ -75,8 +86,10 @@ class RolloutWorker:
         retry_wait_s: float = 3.0,
         slots_path: str = "",
         max_staleness: Optional[int] = None,
+        oldest_first: bool = False,
     ) -> None:
-        """`max_staleness`: the buffer's bound eta, to cancel groups it would drop; None: never."""
+        """`max_staleness`: the buffer's bound eta, to cancel groups it would drop; None: never.
+        `oldest_first`: requests carry `group_priority` of their group's start version."""
         if group_size < 1 or max_in_flight < 1:
             raise ValueError("rollout.group_size and rollout.max_concurrent_groups must be >= 1")
         self.workflow, self.ctx, self.buffer, self.cursor = workflow, ctx, buffer, cursor
@@ -85,7 +98,7 @@ class RolloutWorker:
         self.group_retries, self.retry_wait_s = group_retries, retry_wait_s  # waits 3, 6, 12 s
         self.slots_path = slots_path
         self._held: set = set()  # slots acquired and not yet put or released
-        self.max_staleness = max_staleness
+        self.max_staleness, self.oldest_first = max_staleness, oldest_first
         self._generating: Dict[str, Tuple[asyncio.Future, int]] = {}  # group id -> (episodes, start version)
         self._cancelled: set = set()  # group ids whose episodes `_cancel_stale` cancelled
         self.stats = WorkerStats()
@@ -117,6 +130,8 @@ class RolloutWorker:
         return self.stats
 
     async def _group(self, slot: str, version: int, task: Any, group_id: str) -> None:
+        if self.oldest_first:  # this group's task context only: its episodes inherit it
+            REQUEST_PRIORITY.set(group_priority(version))
         try:
             trajs = await self._unless_stale(group_id, version, self._episodes(task, group_id))
             if trajs is None:  # the buffer would drop it: stop spending the generator on it

@@ -48,6 +48,10 @@ class RolloutConfig:
     # stop generating a group as soon as the learner's version makes it older than the buffer's
     # staleness bound (the buffer would drop it on arrival); off: it runs to the end, then is dropped
     cancel_stale_groups: bool = True
+    # generation requests carry SGLang's `priority`, higher for groups that started earlier, so a
+    # generator whose batch is full serves the groups nearest the staleness bound first (SGLang
+    # needs --enable-priority-scheduling for it; the embedded generator always orders by priority)
+    oldest_first: bool = False
     limits: RolloutLimits = field(default_factory=RolloutLimits)
     temperature: float = 1.0
     top_p: float = 0.99

@@ -25,7 +25,7 @@ import aiohttp
 
 from areal_mem.config.generator import GeneratorApi, GeneratorConfig
 from areal_mem.config.loading import ConfigError
-from areal_mem.generation import GenerationResult, GeneratorError, SamplingParams
+from areal_mem.generation import REQUEST_PRIORITY, GenerationResult, GeneratorError, SamplingParams
 from areal_mem.http_session import PooledSession
 from areal_mem.security import auth_headers
 
@@ -89,7 +89,8 @@ class GeneratorClient(PooledSession):
         on_response: Optional[Hook] = None,
         priority: Optional[int] = None,
     ):
-        """`priority`: SGLang's request priority on every /generate (larger first; None sends none)."""
+        """`priority`: SGLang's request priority on every /generate (larger first; None sends none),
+        unless the caller's context sets one (`areal_mem.generation.REQUEST_PRIORITY`)."""
         if not urls:
             raise ValueError("GeneratorClient needs at least one server url")
         self.servers = [_Server(u.rstrip("/")) for u in urls]
@@ -206,8 +207,10 @@ class GeneratorClient(PooledSession):
                 "return_logprob": True,
                 "rid": rid,
             }
-            if self.priority is not None:
-                payload["priority"] = self.priority
+            priority = REQUEST_PRIORITY.get()
+            priority = self.priority if priority is None else priority
+            if priority is not None:
+                payload["priority"] = priority
             server = self._pick(sticky_key)
             server.outstanding += 1
             self._rid_server[rid] = server

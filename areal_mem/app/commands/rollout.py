@@ -77,6 +77,7 @@ async def _main(cfg: RunConfig, args: argparse.Namespace) -> int:
                 cfg.rollout.max_concurrent_groups,
                 slots_path=os.path.join(cfg.run_dir, "rollout", f"worker{args.worker_id}.slots.json"),
                 max_staleness=cfg.buffer.max_staleness if cfg.rollout.cancel_stale_groups else None,
+                oldest_first=cfg.rollout.oldest_first,
             )
             stats = await worker.run(args.max_groups or None, stop)
         finally:
