@@ -1,6 +1,7 @@
 """A rollout worker stops generating a group that the buffer would drop as stale and frees its
-slot at once; without the bound it finishes the group, puts it, and the buffer drops it. Against
-a real buffer service (eta 0, one group per batch)."""
+slot at once; without the bound it finishes the group, puts it, and the buffer drops it. Under
+`oldest_first` a group's requests carry its priority. Against a real buffer service (eta 0, one
+group per batch)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from areal_mem.data.task import Task
+from areal_mem.generation import REQUEST_PRIORITY
 from areal_mem.trajectory import Context, Trajectory
 from rollout.tasks import TaskCursor
-from rollout.worker import RolloutWorker
+from rollout.worker import PRIORITY_TOP, RolloutWorker
 
 
 class Gate:
@@ -24,9 +26,11 @@ class Gate:
     def __init__(self) -> None:
         self.open = asyncio.Event()
         self.started = self.cancelled = 0
+        self.priorities = []  # what the episodes' generation requests would carry
 
     async def run(self, task, ctx, traj_id):
         self.started += 1
+        self.priorities.append(REQUEST_PRIORITY.get())
         try:
             await self.open.wait()
         except asyncio.CancelledError:
@@ -55,6 +59,7 @@ async def _scenario(buffer, learner, max_staleness):
         max_in_flight=4,
         acquire_wait_s=0.1,
         max_staleness=max_staleness,
+        oldest_first=max_staleness is not None,
     )
     stop = asyncio.Event()
     run = asyncio.create_task(worker.run(stop=stop))
@@ -82,8 +87,11 @@ def test_a_group_the_buffer_would_drop_is_cancelled_and_its_slot_freed(serve, ca
         # the group started in its place (at version 1) was trained-fresh and stored
         assert (gate.cancelled, stats.groups_cancelled_stale, stats.groups_put, dropped) == (2, 1, 1, 0)
         assert after["groups_put"] == 1 and after["pending_groups"] == 1
+        # rollout.oldest_first: the group started at version 0 ranks above the one started at 1
+        assert gate.priorities == [PRIORITY_TOP] * 2 + [PRIORITY_TOP - 1] * 2
     else:
         # generated to the end, stored, then dropped: the generator's work on it was wasted
         assert (gate.cancelled, stats.groups_cancelled_stale, stats.groups_put, dropped) == (0, 0, 1, 1)
         assert after["groups_put"] == 1 and after["pending_groups"] == 0
+        assert gate.priorities == [None, None]
     assert after["running"] == 0

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from areal_mem.config.generator import EmbeddedConfig, GeneratorClientConfig, GeneratorConfig
-from areal_mem.generation import SamplingParams
+from areal_mem.generation import REQUEST_PRIORITY, SamplingParams
 from rollout.generator.client import GeneratorUnavailable, client_from_config, token_versions
 from rollout.generator.launch import start_generators, start_sglang_servers
 
@@ -65,3 +65,33 @@ def test_sglang_launcher_reports_a_server_that_cannot_start(tmp_path):
     with pytest.raises(RuntimeError, match="sglang0 exited while waiting for /health") as e:
         start_sglang_servers(str(tmp_path), startup_timeout_s=120)
     assert "last lines of" in str(e.value)
+
+
+def test_a_context_priority_wins_over_the_clients_and_reaches_sglang_schema(server, checker, h):
+    """A rollout group's `REQUEST_PRIORITY` (rollout.oldest_first) is sent on its requests; outside
+    such a context the client's own priority (evaluation's) is, and none when neither is set."""
+    sent = []
+
+    def record(route, payload):
+        checker.request(route, payload)
+        if route == "/generate":
+            sent.append(payload.get("priority"))
+
+    sp = SamplingParams(max_new_tokens=3, ignore_eos=True)
+    prompt = h.make_prompts(1, 2000, seed=14)[0]
+
+    async def in_group(c, priority):
+        REQUEST_PRIORITY.set(priority)  # this task's context only
+        return await c.generate(prompt, sp)
+
+    async def go():
+        for client_priority in (None, -1):
+            async with client_from_config(
+                GeneratorConfig(), [server.url], priority=client_priority, on_request=record
+            ) as c:
+                await c.generate(prompt, sp)
+                await asyncio.create_task(in_group(c, 2**30 - 3))
+                await c.generate(prompt, sp)  # the group's setting stayed in its task
+
+    asyncio.run(go())
+    assert sent == [None, 2**30 - 3, None, -1, 2**30 - 3, -1]
