@@ -144,7 +144,8 @@ class Trainer:
             if push.verify_s is not None:
                 m["push_verify_s"] = push.verify_s
             if self.leader and self.buffer is not None:
-                self.buffer.set_version(self.state.version)
+                # the new version makes groups waiting in the buffer stale: they count too
+                m["dropped_stale"] += self.buffer.set_version(self.state.version)["dropped_stale"]
             handoff_s = self.hand_to_evaluator()
             if handoff_s:
                 m["eval_handoff_s"] = handoff_s

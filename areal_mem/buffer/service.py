@@ -3,8 +3,9 @@
 - `do_put` (descriptor: JSON command `{"group_id", "slot"?}`): one whole group
   per stream, validated against the context-row schema, refused if its id was
   ever accepted, on disk before the call returns.
-- `do_get` (ticket: JSON `{"n", "request_id", "wait_s"?}`): the oldest `n`
-  admissible groups as one stream; stale groups are dropped and counted first.
+- `do_get` (ticket: JSON `{"n", "request_id", "wait_s"?}`): the `n` admissible
+  groups that started at the earliest versions (then in acceptance order) as one
+  stream; stale groups are dropped and counted first.
   The batch id is the request id, so a retried ticket streams the same batch
   again; the schema metadata `areal_mem.batch` carries
   `{"batch_id", "group_ids", "dropped_stale", "version"}` (batch_id "" when
@@ -225,7 +226,10 @@ class BufferService(flight.FlightServerBase):
                 if left <= 0:
                     return [], dropped
                 self._cond.wait(left)
-            entries = [self._pending.pop(seq) for seq in sorted(self._pending)[:n]]
+            # earliest start first (then acceptance order): a slow group that finished late is
+            # trained before the younger groups that overtook it, not left to turn stale behind them
+            order = sorted(self._pending, key=lambda seq: (self._pending[seq].start_version, seq))
+            entries = [self._pending.pop(seq) for seq in order[:n]]
             self._batches[batch_id] = entries
             self.counters["groups_served"] += n
             return entries, dropped

@@ -39,7 +39,7 @@ _GROUP_FILE = re.compile(r"^(\d{12})\.arrow$")
 
 @dataclass
 class GroupEntry:
-    seq: int  # acceptance order; batches are served oldest first
+    seq: int  # acceptance order; batches take the earliest start_version first, then this
     group_id: str
     path: str
     start_version: int  # the oldest trajectory start in the group

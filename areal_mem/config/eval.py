@@ -34,6 +34,7 @@ class EvalConfig:
     train_questions: int = 0
     # shared placement: the priority of the evaluation's requests (SGLang's: larger is served
     # first; training requests carry none, which counts as 0 in the embedded generator and under
-    # SGLang's --default-priority-value 0)
+    # SGLang's --default-priority-value 0, or under rollout.oldest_first 2^30 minus their group's
+    # start version: above this either way)
     priority: int = -1
     drain_timeout_s: float = 900.0  # after the learner ends, wait this long for the evaluations still due

@@ -89,6 +89,18 @@ def test_acquire_waits_for_a_version_bump(serve):
     bump.join()
 
 
+def test_a_batch_takes_the_groups_that_started_earliest_first(serve):
+    """A slow group accepted after younger ones (they overtook it) is trained first, before the
+    next push makes it stale; equal start versions keep their acceptance order."""
+    buf = serve(overrides=["buffer.max_staleness=1"])
+    client = buf.client()
+    for gid, start in (("young-a", 2), ("young-b", 2), ("slow", 1), ("young-c", 2)):
+        client.put_group(make_group(gid, start_version=start))
+    client.set_version(2)
+    assert client.get_batch(2, timeout_s=10).group_ids == ["slow", "young-a"]
+    assert client.get_batch(2, timeout_s=10).group_ids == ["young-b", "young-c"]
+
+
 def test_stale_groups_are_dropped_and_counted(serve):
     buf = serve(overrides=["buffer.max_staleness=1"])
     client = buf.client()
