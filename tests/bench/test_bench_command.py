@@ -166,7 +166,19 @@ def test_repeats_take_the_median_of_each_repeats_own_ratio():
     assert two["speedups"] == pytest.approx([1.6, 1.6, 1.4]) and two["speedup"] == pytest.approx(1.6)
     assert two["groups_per_s"] == pytest.approx(0.56) and two["gen_idle_frac"] == pytest.approx(0.07)
     assert result["repeats"] == 3 and result["target_met"] is True
-    assert "eta 2 over 3 repeats: speed-up 1.60x, 1.60x, 1.40x; generator idle 5%, 12%, 7%" in asynchrony.render(result)
+    # every repeat's bound here is (4 + 6) / 6 = 1.67x: 1.6x is 96% of it, 1.4x 84%
+    assert two["bound_fracs"] == pytest.approx([0.96, 0.96, 0.84])
+    text = asynchrony.render(result)
+    assert (
+        "eta 2 over 3 repeats: speed-up 1.60x, 1.60x, 1.40x; generator idle 5%, 12%, 7%; of each repeat's own bound 96%, 96%, 84%"
+        in text
+    )
+    assert "dropped as stale" not in text  # the arms' summaries above have no count
+    runs = [
+        {eta: dict(arm, dropped_stale=d * eta) for eta, arm in r.items()}
+        for r, d in zip((rep(0.4, 0.64, 0.05), rep(0.2, 0.32, 0.12), rep(0.4, 0.56, 0.07)), (3, 5, 4))
+    ]
+    assert "generated for nothing): eta 0: 0, eta 2: 8" in asynchrony.render(asynchrony.analyze(*runs))
 
 
 def test_scale_from_given_numbers_and_the_report(async_run, tmp_path):

@@ -51,12 +51,15 @@ def analyze(*repeats: Dict[int, Dict[str, float]]) -> dict:
         if len(repeats) > 1:
             row["speedups"] = ratios
             row["gen_idle_fracs"] = [r.get("gen_idle_frac") for r in runs]
+            bounds = [_bound(rep[etas[0]]) for rep in repeats]
+            if None not in bounds:  # each repeat against the bound of its own baseline arm
+                row["bound_fracs"] = [ratio / b for ratio, b in zip(ratios, bounds)]
         rows.append(row)
     base = rows[0]
     t_gen, t_train = base.get("t_gen_s"), base["t_train_s"]
     out = {"baseline_eta": etas[0], "repeats": len(repeats), "rows": rows, "t_gen_s": t_gen, "t_train_s": t_train}
     if t_gen is not None:
-        out["bound"] = (t_gen + t_train) / max(t_gen, t_train)
+        out["bound"] = _bound(base)
         # When training is the slower side, the staleness bound stops rollouts for the rest of
         # each step: the generator idles at least this share however large eta is.
         out["idle_floor"] = max(0.0, 1.0 - t_gen / t_train)
@@ -64,6 +67,12 @@ def analyze(*repeats: Dict[int, Dict[str, float]]) -> dict:
     if two is not None and etas[0] == 0:
         out["target_met"] = bool(two["speedup"] >= TARGET_SPEEDUP and two.get("gen_idle_frac", 1.0) < TARGET_IDLE)
     return out
+
+
+def _bound(summary: dict):
+    """What overlapping this arm's generation and training could give at most (None: no t_gen)."""
+    t_gen, t_train = summary.get("t_gen_s"), summary["t_train_s"]
+    return None if t_gen is None else (t_gen + t_train) / max(t_gen, t_train)
 
 
 def _median(values: list):
@@ -146,6 +155,11 @@ def render(result: dict) -> str:
                 f"eta {r['eta']} over {len(r['speedups'])} repeats: speed-up "
                 f"{', '.join(f'{v:.2f}x' for v in r['speedups'])}; generator idle "
                 f"{', '.join(pct(v) for v in r['gen_idle_fracs'])}"
+                + (
+                    f"; of each repeat's own bound {', '.join(pct(v) for v in r['bound_fracs'])}"
+                    if "bound_fracs" in r
+                    else ""
+                )
             )
     if all("gen_decode_ms_per_row" in r for r in result["rows"]):
         lines += [
@@ -178,6 +192,12 @@ def render(result: dict) -> str:
                     for r in result["rows"]
                 ],
             ),
+            "",
+        ]
+    if all("dropped_stale" in r for r in result["rows"]):
+        lines += [
+            "groups dropped as stale over the arm (medians; groups that outlived the staleness bound, "
+            "generated for nothing): " + ", ".join(f"eta {r['eta']}: {r['dropped_stale']:g}" for r in result["rows"]),
             "",
         ]
     if all("cpu_s_per_step" in r for r in result["rows"]):
