@@ -7,7 +7,10 @@ group whose episodes fail on a broken service (a generator restarting) is run ag
 from the start after a wait, at most `group_retries` times, then abandoned (its slot
 released); nothing partial ever reaches the buffer. The slots it holds are kept in
 `slots_path`, so a worker restarted after a crash frees its predecessor's slots at
-once (else they would block admission until the buffer's `slot_ttl_s`).
+once (else they would block admission until the buffer's `slot_ttl_s`). Asked to stop
+(SIGTERM), it cancels the groups in flight and releases their slots: at the end of a run the
+services they need stop beside it, and finishing them only delayed the exit by the launcher's
+grace period (about 20 s per run). With `max_groups` it lets the last ones finish.
 
 A group still generating when the learner's version passes its start version plus the
 staleness bound would be dropped by the buffer on arrival: every token still to come is
@@ -126,6 +129,9 @@ class RolloutWorker:
             started += 1
             in_flight.add(asyncio.create_task(self._group(slot, version, task, group_id)))
         if in_flight:
+            if stop.is_set():  # stopping: cancel what is in flight, it would outlive the services it needs
+                for group in in_flight:
+                    group.cancel()
             await asyncio.wait(in_flight)
         return self.stats
 
@@ -143,6 +149,10 @@ class RolloutWorker:
             for traj in trajs:
                 traj.start_version = version
             stored = await asyncio.to_thread(self.buffer.put_group, Group(group_id, trajs), slot)
+        except asyncio.CancelledError:  # the worker is stopping: give the slot back, put nothing
+            await asyncio.to_thread(self._release, slot)
+            self._hold(slot, False)
+            raise
         except Exception as e:  # noqa: BLE001 - a broken service: drop this group, keep the worker
             self.stats.groups_failed += 1
             log.warning("group %s abandoned: %s: %s", group_id, type(e).__name__, e)

@@ -70,8 +70,9 @@ async def _scenario(buffer, learner, max_staleness):
     else:
         await asyncio.sleep(0.5)  # several slot requests: the first group keeps its slot
         assert gate.started == 2
-    stop.set()
     gate.open.set()
+    await _until(lambda: worker.stats.groups_put == 1, "a group stored")
+    stop.set()
     await asyncio.wait_for(run, 20)
     dropped = (await asyncio.to_thread(learner.set_version, 1))["dropped_stale"]
     return gate, worker.stats, dropped, await asyncio.to_thread(learner.stats)
@@ -95,3 +96,24 @@ def test_a_group_the_buffer_would_drop_is_cancelled_and_its_slot_freed(serve, ca
         assert after["groups_put"] == 1 and after["pending_groups"] == 0
         assert gate.priorities == [None, None]
     assert after["running"] == 0
+
+
+def test_a_stopping_worker_cancels_its_groups_and_frees_their_slots(serve):
+    buf = serve(overrides=["buffer.max_staleness=0", "buffer.batch_groups=2", "buffer.max_running_groups=4"])
+    gate = Gate()  # never opened: the groups could only end by being cancelled
+
+    async def scenario(buffer):
+        worker = RolloutWorker(
+            gate, SimpleNamespace(generator=None), buffer, TaskCursor([Task("q1", "Q?", ["a"])]), 2, 4, 0.1
+        )
+        stop = asyncio.Event()
+        run = asyncio.create_task(worker.run(stop=stop))
+        await _until(lambda: gate.started == 4, "two groups running")
+        stop.set()
+        return await asyncio.wait_for(run, 10)
+
+    with buf.client() as buffer:
+        stats = asyncio.run(scenario(buffer))
+        after = buffer.stats()
+    assert (gate.cancelled, stats.groups_put, stats.groups_failed) == (4, 0, 0)
+    assert (after["running"], after["groups_put"]) == (0, 0)
