@@ -52,7 +52,7 @@ def analyze(*repeats: Dict[int, Dict[str, float]]) -> dict:
             row["speedups"] = ratios
             row["gen_idle_fracs"] = [r.get("gen_idle_frac") for r in runs]
             bounds = [_bound(rep[etas[0]]) for rep in repeats]
-            if None not in bounds:  # each repeat against the bound of its own baseline arm
+            if None not in bounds and eta != etas[0]:  # each repeat against its own baseline arm's bound
                 row["bound_fracs"] = [ratio / b for ratio, b in zip(ratios, bounds)]
         rows.append(row)
     base = rows[0]
