@@ -102,8 +102,8 @@ class RolloutWorker:
         self.slots_path = slots_path
         self._held: set = set()  # slots acquired and not yet put or released
         self.max_staleness, self.oldest_first = max_staleness, oldest_first
-        self._generating: Dict[str, Tuple[asyncio.Future, int]] = {}  # group id -> (episodes, start version)
-        self._cancelled: set = set()  # group ids whose episodes `_cancel_stale` cancelled
+        # group id -> (episodes, start version), while they run; `_cancel_stale` takes out what it cancels
+        self._generating: Dict[str, Tuple[asyncio.Future, int]] = {}
         self.stats = WorkerStats()
 
     async def run(self, max_groups: Optional[int] = None, stop: Optional[asyncio.Event] = None) -> WorkerStats:
@@ -174,7 +174,6 @@ class RolloutWorker:
             return
         for group_id, (episodes, start) in list(self._generating.items()):
             if is_stale(start, version, self.max_staleness) and episodes.cancel():
-                self._cancelled.add(group_id)
                 del self._generating[group_id]
 
     async def _unless_stale(self, group_id: str, version: int, work) -> Optional[List[Trajectory]]:
@@ -184,9 +183,8 @@ class RolloutWorker:
         try:
             return await episodes
         except asyncio.CancelledError:
-            if group_id not in self._cancelled:  # the worker itself is being cancelled
+            if group_id in self._generating:  # not `_cancel_stale`'s doing: the worker itself is stopping
                 raise
-            self._cancelled.discard(group_id)
             return None
         finally:
             self._generating.pop(group_id, None)
