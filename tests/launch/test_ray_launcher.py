@@ -255,7 +255,10 @@ def test_debug_recipe_through_ray_restarts_a_killed_learner_and_cleans_up(tiny_t
         first, second = f.read().split("[learner] resumed from step ")
     killed_after = max(int(n) for n in re.findall(r"\[train step (\d+)\]", first))
     resumed = int(second.split(",")[0])
-    assert killed_after >= killed >= 3 and resumed == killed_after - killed_after % 2
+    # the last checkpoint before the kill: every 2 steps, written after the step's log line, so a
+    # kill between the two (the learner can run ahead of this poll) leaves the one before it
+    last_even = killed_after - killed_after % 2
+    assert killed_after >= killed >= 3 and resumed in (last_even, last_even - 2)
     assert [r["step"] for r in tiny_train.train_steps()] == [*range(1, killed_after + 1), *range(resumed + 1, 7)]
     assert os.path.exists(tiny_train.run_dir / "final" / "config.json")
     assert not tiny_train.leftover_processes()
