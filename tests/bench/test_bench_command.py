@@ -86,6 +86,9 @@ def _check_arms(result, records, stdout):
         )
         assert 0.0 <= row["gen_reprefill_frac"] <= 1.0
         assert row["gen_prefix_hit_frac"] == 0.0  # the recipe keeps generator.embedded.prefix_cache_tokens at 0
+        assert row["gen_join_copy_frac"] == pytest.approx(
+            (last["join_copies"] - first["join_copies"]) / max(1, last["joins"] - first["joins"])
+        )
         assert row["gen_decode_ms_per_row"] == pytest.approx(
             1e3 * (last["decode_s"] - first["decode_s"]) / (last["decode_rows"] - first["decode_rows"])
         )

@@ -88,6 +88,62 @@ def test_rows_that_leave_are_replaced_by_the_last_rows_and_every_row_stays_exact
         assert torch.allclose(torch.tensor(r.logprobs), ref, atol=1e-4)
 
 
+def test_rows_no_wider_than_the_batch_join_in_its_spare_rows_and_stay_exact(engine, ref_model, h):
+    """A joiner at most as long as the running batch is written into the buffers' spare rows
+    (the running rows are not copied); a longer one copies every row into wider buffers. Both
+    sample exactly what the model gives their whole sequence."""
+    vocab = ref_model.config.vocab_size
+    long = h.make_prompts(6, vocab, seed=13, lo=60, hi=70)
+    short = h.make_prompts(4, vocab, seed=14, lo=4, hi=20)
+    longer = h.make_prompts(1, vocab, seed=15, lo=300, hi=301)
+    col = Collector(11)
+    start = engine.steps
+    for i, p in enumerate(long):
+        engine.submit(_req(f"l{i}", p, col, n=N))
+    while engine.steps < start + 5 or engine.in_flight() < 6:
+        time.sleep(0.005)
+    before = engine.stats()
+    for i, p in enumerate(short):
+        engine.submit(_req(f"s{i}", p, col, n=20))
+    while sum(r.startswith("s") for r in col.done) < 4:
+        time.sleep(0.005)
+    joined = engine.stats()
+    assert joined["joins"] > before["joins"] and joined["join_copies"] == before["join_copies"]
+    engine.submit(_req("x", longer[0], col, n=5))
+    assert col.event.wait(120)
+    assert engine.stats()["join_copies"] == joined["join_copies"] + 1
+    prompts = {**{f"l{i}": p for i, p in enumerate(long)}, **{f"s{i}": p for i, p in enumerate(short)}, "x": longer[0]}
+    for rid, p in prompts.items():
+        r = col.done[rid]
+        ref = h.teacher_forced_logprobs(ref_model, p, r.output_ids)
+        assert torch.allclose(torch.tensor(r.logprobs), ref, atol=1e-4), rid
+
+
+def test_kv_append_places_rows_as_merge_does_or_writes_nothing():
+    from rollout.generator import kv_cache
+
+    g = torch.Generator().manual_seed(0)
+
+    def cache(rows, n):  # two layers, 2 heads, head dim 3
+        c = kv_cache.empty_cache(2)
+        for layer in c.layers:
+            layer.update(torch.randn(rows, 2, n, 3, generator=g), torch.randn(rows, 2, n, 3, generator=g))
+        return c
+
+    running, a, b = cache(3, 9), cache(2, 4), cache(1, 9)
+    merged = kv_cache.merge([(running, 0), (a, 5), (b, 0)])
+    base = kv_cache.merge([(running, 0)])  # 3 rows + 8 spare
+    buffer = base.layers[0]._k
+    base.layers[0]._k[3:].fill_(7.0)  # whatever an earlier row left in the spare rows
+    assert kv_cache.append(base, [(a, 4), (b, 9)])
+    assert base.layers[0]._k is buffer and base.layers[0].rows == 6
+    for got, want in zip(base.layers, merged.layers):
+        assert torch.equal(got.keys, want.keys) and torch.equal(got.values, want.values)
+    assert not kv_cache.append(base, [(cache(1, 10), 10)])  # wider than the batch
+    assert not kv_cache.append(base, [(cache(6, 2), 2)])  # 6 + 6 rows > 11
+    assert base.layers[0].rows == 6 and torch.equal(base.layers[1].keys, merged.layers[1].keys)
+
+
 def test_retract_requeues_and_finishes_exactly(engine, ref_model, h):
     prompts = h.make_prompts(4, ref_model.config.vocab_size, seed=11)
     col = Collector(4)

@@ -91,6 +91,8 @@ class Sample:
     prefix_hit_tokens: Optional[int] = None  # prompt tokens taken from the prefix cache instead
     decode_s: Optional[float] = None
     decode_rows: Optional[int] = None
+    joins: Optional[int] = None  # prefills into a running batch
+    join_copies: Optional[int] = None  # of those, copies of every running row into new buffers
     cpu_s: Dict[str, float] = field(default_factory=dict)  # CPU seconds of the arm's live processes, by role
 
 
@@ -207,6 +209,8 @@ def _engine_stats(url: str) -> dict:
         "prefix_hit_tokens",
         "decode_s",
         "decode_rows",
+        "joins",
+        "join_copies",
     )
     return {"engine_steps": stats.get("steps"), **{k: stats.get(k) for k in keys}}
 
@@ -284,6 +288,9 @@ def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
                 hit = last.prefix_hit_tokens - first.prefix_hit_tokens
                 prompts = hit + last.prefill_tokens - first.prefill_tokens
                 out["gen_prefix_hit_frac"] = hit / max(1, prompts)  # of the prompt tokens, KV reused
+            if None not in (first.joins, last.joins, first.join_copies, last.join_copies):
+                joins = last.joins - first.joins
+                out["gen_join_copy_frac"] = (last.join_copies - first.join_copies) / max(1, joins)
             out["gen_prefill_s_per_step"] = (last.prefill_s - first.prefill_s) / per_step
             out["gen_decode_s_per_step"] = (last.decode_s - first.decode_s) / per_step
             out["gen_decode_ms_per_row"] = (
