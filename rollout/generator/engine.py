@@ -1,11 +1,11 @@
 """Continuous batching over a Hugging Face causal LM with a KV cache, in one thread.
 
-Every step the engine admits waiting requests (one batched, left-padded prefill) into the
-running batch and decodes one token for every running request. The batch's KV cache
-(`kv_cache.py`) is left-padded, with a 2-D attention mask and explicit positions, so rows of
-different lengths share one forward pass; rows leave as soon as they
-finish (the last rows move into their slots) and the common left padding is trimmed once it
-is worth a copy of the batch. Weights change only between steps, and every
+Every step the engine admits waiting requests (prefilled by length) into the running batch
+and decodes one token for every running request. The batch's KV cache (`kv_cache.py`) is
+left-padded, with a 2-D attention mask and explicit positions, so rows of different lengths
+share one forward pass; rows join in the buffers' spare rows, leave as soon as they finish
+(the last rows move into their slots), and the common left padding is trimmed once it is
+worth a copy of the batch. Weights change only between steps, and every
 token records the weight version that sampled it.
 """
 
