@@ -305,8 +305,8 @@ def test_react_gets_equal_sft_steps_by_default_and_a_given_arm_set_replaces_it(t
 
     monkeypatch.setattr(paper, "train_run", fake_train)
     assert main(["bench", "paper", "--run-dir", str(tmp_path / "a"), "--seeds", "0"]) == 0
-    assert calls[("a", "react")][-1] == "learner.sft.epochs=15"
-    assert "learner.sft.epochs=15" not in calls[("a", "memsearcher")]
+    assert calls[("a", "react")][-1] == "learner.sft.epochs=6"
+    assert "learner.sft.epochs=6" not in calls[("a", "memsearcher")]
     argv = [
         "bench",
         "paper",

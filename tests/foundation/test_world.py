@@ -91,18 +91,20 @@ def test_bad_sizes_are_refused(tmp_path):
 # the reports marked as measured on the old world).
 RECIPE_WORLDS = {
     # 8,000 passages since 2026-12-06; the debug reports before that ran on 4,000 passages (the
-    # corpus pinned for paper_cpu.yaml below, its questions filtered to the two single-hop facts)
+    # corpus of docs/reports/paper_2026-12-05.md, its questions filtered to the two single-hop facts)
     "debug_cpu.yaml": {
         "corpus": "e355482a04afb2f670704ae37abd1b9c661ecb291baf0b998dbe6d41ddb37627",
         "train": "7d903305d9000987cab64af99fddac6f67fb104e3c53b5c38cfd980c4e72d40b",
         "dev": "1d21c80d5014b5b7bd6a1b1dde20e596f1d7b3c1711684ed09dfa71e923db80d",
         "test": "eb468c2ae822b0d6abe110a1f21584373f80a25e43524ccdc4723c786c2c8dda",
     },
+    # the debug recipe's corpus since 2026-12-06; docs/reports/paper_2026-12-05.md ran on 4,000
+    # passages (corpus 33f0d5e7..., test 29f50664...)
     "paper_cpu.yaml": {
-        "corpus": "33f0d5e7a9e081bd10e324c5116fe9ebad65c61cd17d6d486dc40d93c95ab02e",
-        "train": "6ee9bea19006770b5c4bfaaa24e40fa13b0d53966622b08cd34f346f1b869891",
-        "dev": "13634fa6082e98c13d8b9304e6ea02a981a7ee779e12bc0b8f88205e42b704da",
-        "test": "29f5066419d46bc30043252a46d5c1e7d22b102c408c313959662b71795e9159",
+        "corpus": "e355482a04afb2f670704ae37abd1b9c661ecb291baf0b998dbe6d41ddb37627",
+        "train": "88799cfcb098e298b7ca3d81338a8581a42a72b6a11546117d497f6240facb53",
+        "dev": "4d12e4e832dc897c5260ff6bfb0a190b1fd7ec432ff8ba6a6c9a44ba11605eb9",
+        "test": "5327f7f864580f6ee115e82ce73c076bf99ab32f1a3920d8092e59ad52718098",
     },
 }
 

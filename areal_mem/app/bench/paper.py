@@ -42,9 +42,10 @@ PAPER_CONFIG = os.path.join(os.path.dirname(DEFAULT_CONFIG), "paper_cpu.yaml")
 ARMS = ("memsearcher", "react")
 MULTI_HOP = "bridge"  # the question type the targets are about
 # Equal SFT training, not equal epochs: ReAct's oracle writes one context row per question,
-# MemSearcher's about three (12,270 rows for 4,000 questions, seed 0), so ReAct's 15 epochs are
-# about MemSearcher's 5 in steps (7,500 against 7,670) and in tokens (30M against 26M)
-ARM_SETS = ("react:learner.sft.epochs=15",)
+# MemSearcher's about three (22,820 rows of 5.65M tokens for 8,000 questions, seed 0; ReAct's
+# 2.68M), so ReAct's 6 epochs are about MemSearcher's 3 in tokens (16M against 17M) and, with
+# batches of a token budget, in steps
+ARM_SETS = ("react:learner.sft.epochs=6",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
