@@ -67,13 +67,15 @@ class TrainPipeline:
         )
         manifest = os.path.join(w.dir, "manifest.json")
         # a world found built is checked whether or not this run would build it: the filters
-        # are what the config says the run trains and evaluates on. Its seed only where the run
-        # would build it: a world built elsewhere (`world.build: false`) may serve many run seeds
+        # are what the config says the run trains and evaluates on. Its seed and sizes only where
+        # the run would build it: a world built elsewhere (`world.build: false`) may serve many
+        # run seeds, and the config's sizes are then not the world's
         if os.path.exists(manifest):
-            from .world import check_built_world, world_filters
+            from .world import check_built_world, world_filters, world_size
 
+            size = world_size(w.passages, w.questions, w.dev_fraction, w.test_fraction) if w.build else None
             try:
-                check_built_world(w.dir, world_filters(types, attributes, chains), w.seed if w.build else None)
+                check_built_world(w.dir, world_filters(types, attributes, chains), w.seed if w.build else None, size)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         elif w.build:

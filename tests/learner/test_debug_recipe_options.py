@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from areal_mem.app.world import build_world, check_built_world, world_filters
+from areal_mem.app.world import build_world, check_built_world, world_filters, world_size
 from areal_mem.app.world.entities import OCCUPATIONS
 from areal_mem.config import load_config, load_run
 from areal_mem.data.task import Task
@@ -131,6 +131,43 @@ def test_a_run_that_builds_its_world_refuses_one_built_from_another_seed(tmp_pat
         ],
     )
     TrainPipeline(shared, evaluate=False).prepare()  # no error: the world is not this run's to build
+
+
+def test_a_run_that_builds_its_world_refuses_one_of_other_sizes(tmp_path):
+    """A recipe that moved to a larger world (the paper recipe went from 4,000 passages to 8,000)
+    would otherwise resume an old run dir on the smaller world; a manifest written before the
+    sizes were recorded is checked for its passages by recomputing the seed's entity count."""
+    from areal_mem.app.train import TrainPipeline
+    from areal_mem.config import ConfigError
+
+    types, attrs = ["single"], ["person.occupation", "city.country"]
+    world = str(tmp_path / "world")
+    manifest = build_world(world, seed=0, passages=200, questions=60, question_types=types, single_attributes=attrs)
+    assert manifest["size"] == world_size(200, 60, 0.1, 0.1)
+    filters = world_filters(types, attrs, [])
+    check_built_world(world, filters, seed=0, size=world_size(200, 60, 0.1, 0.1))
+    with pytest.raises(
+        ValueError, match=r"world.passages: the world in .* was built with 200, the config asks for 400"
+    ):
+        check_built_world(world, filters, seed=0, size=world_size(400, 60, 0.1, 0.1))
+    with pytest.raises(ValueError, match=r"world.questions: .* built with 60, the config asks for 80"):
+        check_built_world(world, filters, seed=0, size=world_size(200, 80, 0.1, 0.1))
+    with pytest.raises(ValueError, match=r"world.test_fraction: .* built with 0.1, the config asks for 0.2"):
+        check_built_world(world, filters, seed=0, size=world_size(200, 60, 0.1, 0.2))
+    # a manifest of before: its passages still tell 200 from 400 through the seed's entity count
+    path = os.path.join(world, "manifest.json")
+    old = {k: v for k, v in manifest.items() if k != "size"}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(old, f)
+    check_built_world(world, filters, seed=0, size=world_size(200, 80, 0.1, 0.2))  # only passages are known
+    with pytest.raises(ValueError, match=r"world.passages: .* built with not 400, the config asks for 400"):
+        check_built_world(world, filters, seed=0, size=world_size(400, 60, 0.1, 0.1))
+    cfg = load_run(
+        [os.path.join(REPO, "configs", "debug_cpu.yaml")],
+        [f"run_dir={tmp_path}", "world.question_types=[single]", "world.passages=400"],
+    )
+    with pytest.raises(ConfigError, match="world.passages"):
+        TrainPipeline(cfg, evaluate=False).prepare()
 
 
 def test_bad_filters_name_the_key(tmp_path):

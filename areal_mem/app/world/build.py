@@ -84,6 +84,7 @@ def build_world(
         "distractors": len(entities) - len(real),
         "questions": counts,
         "filters": world_filters(list(shares), attributes, chains),
+        "size": world_size(passages, questions, dev_fraction, test_fraction),
         "sha256": {k: _sha256(p) for k, p in files.items()},
     }
     with open(os.path.join(out_dir, "manifest.json"), "w", encoding="utf-8") as f:
@@ -104,11 +105,22 @@ def world_filters(
     }
 
 
-def check_built_world(out_dir: str, filters: Dict[str, List[str]], seed: Optional[int] = None) -> None:
+def world_size(passages: int, questions: int, dev_fraction: float, test_fraction: float) -> Dict[str, object]:
+    """The sizes a world was asked for, as its manifest records them (the passages it has are
+    about, not exactly, the number asked for)."""
+    return {"passages": passages, "questions": questions, "dev_fraction": dev_fraction, "test_fraction": test_fraction}
+
+
+def check_built_world(
+    out_dir: str, filters: Dict[str, List[str]], seed: Optional[int] = None, size: Optional[Dict[str, object]] = None
+) -> None:
     """Raise when the world in `out_dir` was built with other question filters than `filters`
-    (`world_filters`), or from another seed than `seed` (None: any): a resumed run or a new seed
-    in an old run dir would otherwise train and evaluate on questions its config does not
-    describe. A manifest written before the filters were recorded is not checked for them."""
+    (`world_filters`), from another seed than `seed` or with other sizes than `size`
+    (`world_size`; None: any): a resumed run or a new seed in an old run dir would otherwise
+    train and evaluate on questions its config does not describe (a recipe that moved to a
+    larger world would resume on the smaller one). A manifest written before the filters or the
+    sizes were recorded is not checked for them, except its passages: the seed's entity count
+    for the asked size is recomputed (what the world's first draws were)."""
     path = os.path.join(out_dir, "manifest.json")
     with open(path, encoding="utf-8") as f:
         manifest = json.load(f)
@@ -118,6 +130,17 @@ def check_built_world(out_dir: str, filters: Dict[str, List[str]], seed: Optiona
             f"{seed} (world.seed defaults to the run seed); use a new run_dir (or world.dir), or remove the "
             "world to rebuild it"
         )
+    if size is not None:
+        built_size = manifest.get("size")
+        if built_size is None and "seed" in manifest:  # written before the sizes were recorded
+            n = len(make_entities(random.Random(manifest["seed"]), int(size["passages"])))
+            built_size = {"passages": size["passages"] if n == manifest.get("passages") else f"not {size['passages']}"}
+        for key, built in (built_size or {}).items():
+            if built != size.get(key):
+                raise ValueError(
+                    f"world.{key}: the world in {out_dir} was built with {built}, the config asks for "
+                    f"{size.get(key)}; use a new run_dir (or world.dir), or remove the world to rebuild it"
+                )
     built = manifest.get("filters")
     if built is None:
         return
