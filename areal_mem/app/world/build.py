@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import random
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, NoReturn, Optional, Sequence
 
 from .entities import Entity, make_entities
 from .questions import SHARES, Question, check_attributes, check_chains, questions_for_split, type_shares
@@ -134,22 +134,24 @@ def check_built_world(
         built_size = manifest.get("size")
         if built_size is None and "seed" in manifest:  # written before the sizes were recorded
             n = len(make_entities(random.Random(manifest["seed"]), int(size["passages"])))
-            built_size = {"passages": size["passages"] if n == manifest.get("passages") else f"not {size['passages']}"}
+            if n != manifest.get("passages"):
+                _refuse(out_dir, "passages", f"another size ({manifest.get('passages')} passages)", size["passages"])
         for key, built in (built_size or {}).items():
             if built != size.get(key):
-                raise ValueError(
-                    f"world.{key}: the world in {out_dir} was built with {built}, the config asks for "
-                    f"{size.get(key)}; use a new run_dir (or world.dir), or remove the world to rebuild it"
-                )
+                _refuse(out_dir, key, built, size.get(key))
     built = manifest.get("filters")
     if built is None:
         return
     for key, want in filters.items():
         if built.get(key) != want:
-            raise ValueError(
-                f"world.{key}: the world in {out_dir} was built with {built.get(key)} ([] means all), the config "
-                f"asks for {want}; use a new run_dir (or world.dir), or remove the world to rebuild it"
-            )
+            _refuse(out_dir, key, f"{built.get(key)} ([] means all)", want)
+
+
+def _refuse(out_dir: str, key: str, built: object, want: object) -> NoReturn:
+    raise ValueError(
+        f"world.{key}: the world in {out_dir} was built with {built}, the config asks for {want}; "
+        "use a new run_dir (or world.dir), or remove the world to rebuild it"
+    )
 
 
 def _row(split: str, i: int, q: Question, by_name: Dict[str, Entity], pid: Dict[int, str]) -> dict:
