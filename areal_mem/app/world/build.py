@@ -148,6 +148,7 @@ def check_built_world(
 
 
 def _refuse(out_dir: str, key: str, built: object, want: object) -> NoReturn:
+    """Every mismatch says the same three things: the key, what the world has, what is asked."""
     raise ValueError(
         f"world.{key}: the world in {out_dir} was built with {built}, the config asks for {want}; "
         "use a new run_dir (or world.dir), or remove the world to rebuild it"
