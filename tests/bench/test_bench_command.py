@@ -72,6 +72,10 @@ def _check_arms(result, records, stdout):
         assert row["groups_per_s"] == pytest.approx(4 / span)
         assert row["trained_tokens_per_s"] == pytest.approx((steps[1]["n_tokens"] + steps[2]["n_tokens"]) / span)
         assert row["learner_wait_frac"] == pytest.approx((steps[1]["wait_s"] + steps[2]["wait_s"]) / span)
+        # one reading of the generator and the CPU per step count once the generator answers,
+        # not one per poll: each reading costs the measured services CPU
+        read = [s["steps"] for s in rec["samples"] if s["busy_s"] is not None]
+        assert read == sorted(set(read)) and 3 in read
         # the generator's busy seconds between where step 1 and step 3 were first seen
         first = next(s for s in rec["samples"] if s["steps"] >= 1)
         last = next(s for s in rec["samples"] if s["steps"] >= 3)

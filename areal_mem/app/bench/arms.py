@@ -3,8 +3,9 @@
 The start (world, tiny model, index; SFT optional) is prepared once per bench run and every
 arm reuses it, so arms differ only in their overrides. An arm is the real recipe through the
 real local launcher (`areal-mem train --no-eval`); while it runs, this process watches the
-learner's `metrics.jsonl` and polls the generator's `/model_info` (`engine_stats`: busy
-seconds of the engine), so each step gets a wall-clock time and a generator busy reading.
+learner's `metrics.jsonl` and, where a new step first appears there, reads the generator's
+`/model_info` (`engine_stats`: busy seconds of the engine) and the CPU time of the arm's
+processes, so each step gets a wall-clock time and a generator busy reading.
 An arm whose command line is unchanged is not run again (`<arm>/bench_arm.json`).
 """
 
@@ -134,18 +135,26 @@ def run_arm(
     log_path = os.path.join(arm_dir, "bench_train.log")
     print(f"[bench] {name}: areal-mem {' '.join(argv[:3])} ... (log {log_path})", flush=True)
     metrics_path, config_path = os.path.join(arm_dir, "metrics.jsonl"), os.path.join(arm_dir, "config.yaml")
-    url, t0 = "", time.monotonic()
+    url, t0, size = "", time.monotonic(), -1
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cli_command(*argv), stdout=log, stderr=subprocess.STDOUT)
         try:
             while proc.poll() is None:
                 if time.monotonic() - t0 > timeout_s:
                     raise SystemExit(f"areal-mem bench: arm {name} ran past {timeout_s:.0f}s; {log_path}")
-                arm.steps = _train_rows(metrics_path)
+                if _size(metrics_path) != size:  # the learner wrote a line: read the file again
+                    size = _size(metrics_path)
+                    arm.steps = _train_rows(metrics_path)
                 url = url or _generator_url(config_path)
-                arm.samples.append(
-                    Sample(time.monotonic() - t0, len(arm.steps), **_engine_stats(url), cpu_s=cpu_by_role(proc.pid))
-                )
+                # `summarize` reads the samples where a step count is first seen: only those are
+                # taken, since each costs the generator an HTTP request and this process a walk
+                # over the arm's processes, CPU the arm's services would otherwise have
+                if not arm.samples or arm.samples[-1].steps != len(arm.steps) or arm.samples[-1].busy_s is None:
+                    arm.samples.append(
+                        Sample(
+                            time.monotonic() - t0, len(arm.steps), **_engine_stats(url), cpu_s=cpu_by_role(proc.pid)
+                        )
+                    )
                 time.sleep(poll_s)
         finally:
             if proc.poll() is None:
@@ -160,6 +169,13 @@ def run_arm(
     with open(record, "w", encoding="utf-8") as f:
         json.dump({**asdict(arm), "summary": arm.summary()}, f, indent=1)
     return arm
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return -1
 
 
 def _train_rows(path: str) -> List[dict]:
@@ -357,7 +373,7 @@ def add_arm_arguments(parser) -> None:
     )
     parser.add_argument("--sft", action="store_true", help="warm-start the start model by SFT (slow)")
     parser.add_argument(
-        "--poll-s", type=float, default=0.2, help="seconds between polls of an arm's learner metrics and generator"
+        "--poll-s", type=float, default=0.2, help="seconds between looks at an arm's learner metrics"
     )
     parser.add_argument(
         "--affinity", default="auto", help="auto | none | role:cpu,... (generator and learner on separate cores)"
