@@ -151,9 +151,7 @@ def run_arm(
                 # over the arm's processes, CPU the arm's services would otherwise have
                 if not arm.samples or arm.samples[-1].steps != len(arm.steps) or arm.samples[-1].busy_s is None:
                     arm.samples.append(
-                        Sample(
-                            time.monotonic() - t0, len(arm.steps), **_engine_stats(url), cpu_s=cpu_by_role(proc.pid)
-                        )
+                        Sample(time.monotonic() - t0, len(arm.steps), **_engine_stats(url), cpu_s=cpu_by_role(proc.pid))
                     )
                 time.sleep(poll_s)
         finally:
@@ -372,9 +370,7 @@ def add_arm_arguments(parser) -> None:
         help="reuse a prepared run dir (world/, index/, model/ or sft/model/) as the start",
     )
     parser.add_argument("--sft", action="store_true", help="warm-start the start model by SFT (slow)")
-    parser.add_argument(
-        "--poll-s", type=float, default=0.2, help="seconds between looks at an arm's learner metrics"
-    )
+    parser.add_argument("--poll-s", type=float, default=0.2, help="seconds between looks at an arm's learner metrics")
     parser.add_argument(
         "--affinity", default="auto", help="auto | none | role:cpu,... (generator and learner on separate cores)"
     )
