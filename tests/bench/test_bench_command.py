@@ -72,6 +72,8 @@ def _check_arms(result, records, stdout):
         assert row["groups_per_s"] == pytest.approx(4 / span)
         assert row["trained_tokens_per_s"] == pytest.approx((steps[1]["n_tokens"] + steps[2]["n_tokens"]) / span)
         assert row["learner_wait_frac"] == pytest.approx((steps[1]["wait_s"] + steps[2]["wait_s"]) / span)
+        busy = span - steps[1]["wait_s"] - steps[2]["wait_s"]
+        assert row["learner_us_per_token"] == pytest.approx(1e6 * busy / (steps[1]["n_tokens"] + steps[2]["n_tokens"]))
         # one reading of the generator and the CPU per step count once the generator answers,
         # not one per poll: each reading costs the measured services CPU
         read = [s["steps"] for s in rec["samples"] if s["busy_s"] is not None]
@@ -199,6 +201,16 @@ def test_repeats_take_the_median_of_each_repeats_own_ratio():
         (pytest.approx([0.96, 0.96, 0.84]), False),
         ([0.05, 0.12, 0.07], False),
     ]
+    # the learner's time per trained token against its repeat's eta-0 arm: the machine's drift
+    drift = [
+        {eta: dict(arm, learner_us_per_token=us * (1 + eta / 2 * s)) for eta, arm in r.items()}
+        for r, us, s in zip((rep(0.4, 0.64, 0.05), rep(0.2, 0.32, 0.12)), (500.0, 800.0), (0.02, 0.25))
+    ]
+    drifted = asynchrony.analyze(*drift)
+    assert "learner_slowdowns" not in drifted["rows"][0]
+    assert drifted["rows"][1]["learner_slowdowns"] == pytest.approx([0.02, 0.25])
+    assert "measured the machine as much as the overlap): eta 2 +2%, +25%" in asynchrony.render(drifted)
+    assert "the same work in every arm" not in text  # not measured above: nothing said
     runs = [
         {eta: dict(arm, dropped_stale=d * eta) for eta, arm in r.items()}
         for r, d in zip((rep(0.4, 0.64, 0.05), rep(0.2, 0.32, 0.12), rep(0.4, 0.56, 0.07)), (3, 5, 4))

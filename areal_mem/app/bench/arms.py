@@ -275,6 +275,9 @@ def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
         "learner_wait_frac": sum(r["wait_s"] for r in window) / span,
         "t_train_s": sum(r["step_s"] - r["wait_s"] for r in window) / len(window),
     }
+    tokens = sum(r["n_tokens"] for r in window)
+    if tokens > 0:  # the same work in every arm of a bench: it shows the machine's speed in this one
+        out["learner_us_per_token"] = 1e6 * sum(r["step_s"] - r["wait_s"] for r in window) / tokens
     first = next((s for s in samples if s.steps >= 1), None)
     last = next((s for s in samples if s.steps >= n), None)
     if (

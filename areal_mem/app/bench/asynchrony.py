@@ -57,6 +57,10 @@ def analyze(*repeats: Dict[int, Dict[str, float]]) -> dict:
             bounds = [_bound(rep[etas[0]]) for rep in repeats]
             if None not in bounds and eta != etas[0]:  # each repeat against its own baseline arm's bound
                 row["bound_fracs"] = [ratio / b for ratio, b in zip(ratios, bounds)]
+            if eta != etas[0] and all("learner_us_per_token" in rep[e] for rep in repeats for e in (eta, etas[0])):
+                row["learner_slowdowns"] = [
+                    rep[eta]["learner_us_per_token"] / rep[etas[0]]["learner_us_per_token"] - 1.0 for rep in repeats
+                ]
         rows.append(row)
     base = rows[0]
     t_gen, t_train = base.get("t_gen_s"), base["t_train_s"]
@@ -191,6 +195,15 @@ def render(result: dict) -> str:
                     else ""
                 )
             )
+    slow = [r for r in result["rows"] if "learner_slowdowns" in r]
+    if slow:
+        lines += [
+            "",
+            "the learner's time per trained token against its repeat's baseline arm (the same work in "
+            "every arm: how much slower the machine ran, from its own drift or from the overlap itself; "
+            "a repeat far from 0% measured the machine as much as the overlap): "
+            + "; ".join(f"eta {r['eta']} {', '.join(f'{v:+.0%}' for v in r['learner_slowdowns'])}" for r in slow),
+        ]
     if all("gen_decode_ms_per_row" in r for r in result["rows"]):
         lines += [
             "",
