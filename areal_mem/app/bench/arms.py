@@ -142,9 +142,9 @@ def run_arm(
             while proc.poll() is None:
                 if time.monotonic() - t0 > timeout_s:
                     raise SystemExit(f"areal-mem bench: arm {name} ran past {timeout_s:.0f}s; {log_path}")
-                if _size(metrics_path) != size:  # the learner wrote a line: read the file again
-                    size = _size(metrics_path)
-                    arm.steps = _train_rows(metrics_path)
+                now = _size(metrics_path)
+                if now != size:  # the learner wrote a line: read the file again
+                    size, arm.steps = now, _train_rows(metrics_path)
                 url = url or _generator_url(config_path)
                 # `summarize` reads the samples where a step count is first seen: only those are
                 # taken, since each costs the generator an HTTP request and this process a walk
@@ -264,6 +264,7 @@ def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
         raise ValueError(f"the arm trained {n} step(s); the steady-state window needs at least 2")
     window = steps[1:]
     span = sum(r["step_s"] for r in window)
+    busy = sum(r["step_s"] - r["wait_s"] for r in window)  # training and pushing, not waiting for a batch
     out: Dict[str, float] = {
         "steps": n,
         "window_steps": len(window),
@@ -273,11 +274,11 @@ def summarize(steps: List[dict], samples: List[Sample]) -> Dict[str, float]:
         "trained_tokens_per_s": sum(r["n_tokens"] for r in window) / span,
         "context_tokens_per_s": sum(_context_tokens(r) for r in window) / span,
         "learner_wait_frac": sum(r["wait_s"] for r in window) / span,
-        "t_train_s": sum(r["step_s"] - r["wait_s"] for r in window) / len(window),
+        "t_train_s": busy / len(window),
     }
     tokens = sum(r["n_tokens"] for r in window)
     if tokens > 0:  # the same work in every arm of a bench: it shows the machine's speed in this one
-        out["learner_us_per_token"] = 1e6 * sum(r["step_s"] - r["wait_s"] for r in window) / tokens
+        out["learner_us_per_token"] = 1e6 * busy / tokens
     first = next((s for s in samples if s.steps >= 1), None)
     last = next((s for s in samples if s.steps >= n), None)
     if (
