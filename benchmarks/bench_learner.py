@@ -13,8 +13,14 @@
 4. Forward + backward of right-padded mixed-length micro-batches with the causal mask only
    (the learner: no real token follows a pad) against the padding mask a plain HF forward
    takes; repeats interleaved, medians; the largest log-prob difference is printed as well.
+5. Forward + backward of an output head alone (`--hidden` x `--head-vocab`, the debug recipe's by
+   default) at `--head-positions` trained positions, log-probs and entropies both carrying
+   gradient as in the recipe's loss: a chunk of positions at a time (learner/head.py, what the
+   learner runs) against one logits tensor through autograd; repeats interleaved, medians, and
+   the largest differences of the two.
 
     .venv/bin/python benchmarks/bench_learner.py [--hidden 256 --layers 4 --rows 64 --repeats 3]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_learner.py --hidden 128 --layers 2 --repeats 5  # the recipe's shapes, one core
 """
 
 from __future__ import annotations
@@ -155,11 +161,48 @@ def bench_head(engine, rows, repeats: int):
     return out
 
 
+def bench_head_chunks(hidden_size: int, vocab: int, positions: int, repeats: int):
+    """(median seconds by way, largest log-prob and d-hidden differences) of a fresh linear head."""
+    import statistics
+
+    from learner import head
+    from learner.loss import token_logp_entropy
+
+    torch.manual_seed(0)
+    lm_head = torch.nn.Linear(hidden_size, vocab, bias=False)
+    head.install(lm_head)
+    hidden = torch.randn(positions, hidden_size)
+    labels = torch.randint(0, vocab, (positions,))
+    adv = torch.randn(positions)
+    ways = {
+        "a chunk of positions at a time (the learner)": lambda h: lm_head(h, labels),
+        "one logits tensor through autograd": lambda h: token_logp_entropy(
+            torch.nn.functional.linear(h, lm_head.weight), labels
+        ),
+    }
+
+    def run(fn):
+        lm_head.zero_grad()
+        h = hidden.clone().requires_grad_()
+        logp, ent = fn(h)
+        (-(logp * adv).sum() - 1e-3 * ent.sum()).backward()
+        return logp.detach(), h.grad
+
+    times = {name: [] for name in ways}
+    for _ in tqdm(range(repeats), desc="output head", leave=False):
+        for name, fn in ways.items():
+            t0 = time.perf_counter()
+            run(fn)
+            times[name].append(time.perf_counter() - t0)
+    (lp1, g1), (lp2, g2) = (run(fn) for fn in ways.values())
+    diffs = float((lp1 - lp2).abs().max()), float((g1 - g2).abs().max())
+    return {name: statistics.median(t) for name, t in times.items()}, diffs
+
+
 def bench_mask(engine, rows, repeats: int, fixed_rows: int):
     import statistics
 
     from learner.batch import collate
-    from learner.loss import token_logp_entropy
 
     model = engine.engine.module
     batches = [collate(rows[i : i + fixed_rows]) for i in range(0, len(rows), fixed_rows)]
@@ -167,7 +210,7 @@ def bench_mask(engine, rows, repeats: int, fixed_rows: int):
     def padding_mask(b):
         keep = b["loss_mask"] > 0
         hidden = model.base_model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state
-        logp, _ = token_logp_entropy(model.get_output_embeddings()(hidden[:, :-1][keep]), b["labels"][keep])
+        logp, _ = model.get_output_embeddings()(hidden[:, :-1][keep], b["labels"][keep])
         return logp
 
     ways = {
@@ -197,6 +240,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=4096)
     ap.add_argument("--fixed-rows", type=int, default=8)
     ap.add_argument("--head-rows", type=int, default=16)
+    ap.add_argument("--head-positions", type=int, default=3000, help="trained positions of the output head alone")
+    ap.add_argument("--head-vocab", type=int, default=6144, help="the output head's vocabulary (the debug recipe's)")
     args = ap.parse_args()
 
     from areal_mem.config.generator import EmbeddedConfig
@@ -216,6 +261,7 @@ def main() -> None:
             engine, memsearcher_rows(engine.engine.module.config.vocab_size, args.head_rows), args.repeats
         )
         masks, mask_diff = bench_mask(engine, rows, args.repeats, args.fixed_rows)
+    chunks, chunk_diffs = bench_head_chunks(args.hidden, args.head_vocab, args.head_positions, args.repeats)
 
     print(
         f"\nmodel: {n_params / 1e6:.2f} M parameters (hidden {args.hidden}, {args.layers} layers), "
@@ -248,6 +294,15 @@ def main() -> None:
     for name, t in masks.items():
         print(f"| {name} | {t:.3f} | {t / base:.2f} |")
     print(f"\nlargest log-prob difference between the two: {mask_diff:.2e}")
+
+    base = next(iter(chunks.values()))
+    print(
+        f"\n| output head alone, forward + backward, {args.head_positions} positions x {args.hidden} x "
+        f"{args.head_vocab} words | seconds (median) | ratio |\n| --- | --- | --- |"
+    )
+    for name, t in chunks.items():
+        print(f"| {name} | {t:.3f} | {t / base:.2f} |")
+    print(f"\nlargest differences between the two: log-prob {chunk_diffs[0]:.2e}, gradient {chunk_diffs[1]:.2e}")
 
 
 if __name__ == "__main__":

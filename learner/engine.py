@@ -23,6 +23,7 @@ import torch
 from areal_mem.config.learner import Dtype, LearnerConfig, ProxMode
 
 from . import distributed as D
+from . import head
 from .batch import TrainRow, collate
 from .loss import (
     MISMATCH_SUMS,
@@ -30,7 +31,6 @@ from .loss import (
     mismatch_metrics,
     mismatch_sums,
     ppo_token_loss,
-    token_logp_entropy,
 )
 from .packing import pack_by_tokens, split_balanced, split_contiguous
 
@@ -72,10 +72,12 @@ def deepspeed_config(cfg: LearnerConfig, scheduler: Optional[dict] = None) -> di
     return out
 
 
-def forward_at(self, input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+def forward_at(
+    self, input_ids: torch.Tensor, keep: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """The learner's forward of a causal LM over right-padded rows: the backbone on every
-    position, the output head only at label positions `keep` ([B, L-1] bool) -> logits
-    [n_keep, vocab].
+    position, the output head only at label positions `keep` ([B, L-1] bool) -> the log-probs
+    of `labels` ([n_keep]) and the entropies there, of softmax(logits / temperature).
 
     No padding mask: in a right-padded row no real token comes after a pad, so the causal mask
     alone is exact for every real position (pads' own outputs are never read), and without a
@@ -85,20 +87,24 @@ def forward_at(self, input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tenso
     bits (<= 3e-8), so a seed's SFT does not repeat bit for bit a run from before this change.
 
     A whole batch's logits are B x L x vocab floats (8k tokens x 152k vocab: 5 GB in fp32), most
-    of them at prompt and tool-response positions that no loss reads. Installed as the model's
-    `forward`, so DeepSpeed's engine and ZeRO-3's module hooks see an ordinary forward. Models
-    whose head is more than a linear layer (logit soft-capping) are not covered.
+    of them at prompt and tool-response positions that no loss reads; and even at the trained
+    positions alone the head is computed a chunk at a time (`learner.head`). Installed as the
+    model's `forward`, so DeepSpeed's engine and ZeRO-3's module hooks see an ordinary forward.
+    Models whose head is more than a linear layer (logit soft-capping) are refused at load.
     """
     hidden = self.base_model(input_ids=input_ids).last_hidden_state
-    return self.get_output_embeddings()(hidden[:, :-1][keep])
+    return self.get_output_embeddings()(hidden[:, :-1][keep], labels, temperature)
 
 
 def _load_causal_lm(path: str):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    if getattr(model.config, "final_logit_softcapping", None):
+        raise ValueError(f"{path}: final_logit_softcapping is not supported by the learner's output head")
     model.config.use_cache = False
     model.forward = MethodType(forward_at, model)
+    head.install(model.get_output_embeddings())
     return model
 
 
@@ -144,8 +150,12 @@ class LearnerEngine:
         """Label-aligned log-probs and entropies [B, L-1] at `keep` (default: the loss mask), 0 elsewhere."""
         dev = D.device()
         keep = (batch["loss_mask"] > 0 if keep is None else keep).to(dev)
-        logits = (module or self.engine)(input_ids=batch["input_ids"].to(dev), keep=keep)
-        logp, ent = token_logp_entropy(logits, batch["labels"].to(dev)[keep], self.cfg.temperature)
+        logp, ent = (module or self.engine)(
+            input_ids=batch["input_ids"].to(dev),
+            keep=keep,
+            labels=batch["labels"].to(dev)[keep],
+            temperature=self.cfg.temperature,
+        )
         zeros = torch.zeros(keep.shape, dtype=logp.dtype, device=dev)
         return zeros.masked_scatter(keep, logp), zeros.masked_scatter(keep, ent)
 
