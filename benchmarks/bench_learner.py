@@ -286,23 +286,24 @@ def main() -> None:
     for name, (t, n) in head.items():
         print(f"| {name} | {n} | {t:.3f} | {t / base:.2f} |")
 
-    base = next(iter(masks.values()))
-    print(
-        f"\n| forward + backward, {args.rows} mixed-length contexts in micro-batches of {args.fixed_rows} rows "
-        f"| seconds (median) | ratio |\n| --- | --- | --- |"
+    print_ratios(
+        f"forward + backward, {args.rows} mixed-length contexts in micro-batches of {args.fixed_rows} rows", masks
     )
-    for name, t in masks.items():
-        print(f"| {name} | {t:.3f} | {t / base:.2f} |")
     print(f"\nlargest log-prob difference between the two: {mask_diff:.2e}")
-
-    base = next(iter(chunks.values()))
-    print(
-        f"\n| output head alone, forward + backward, {args.head_positions} positions x {args.hidden} x "
-        f"{args.head_vocab} words | seconds (median) | ratio |\n| --- | --- | --- |"
+    print_ratios(
+        f"output head alone, forward + backward, {args.head_positions} positions x {args.hidden} x "
+        f"{args.head_vocab} words",
+        chunks,
     )
-    for name, t in chunks.items():
-        print(f"| {name} | {t:.3f} | {t / base:.2f} |")
     print(f"\nlargest differences between the two: log-prob {chunk_diffs[0]:.2e}, gradient {chunk_diffs[1]:.2e}")
+
+
+def print_ratios(title: str, seconds: dict) -> None:
+    """A table of median seconds by way and their ratio to the first way."""
+    base = next(iter(seconds.values()))
+    print(f"\n| {title} | seconds (median) | ratio |\n| --- | --- | --- |")
+    for name, t in seconds.items():
+        print(f"| {name} | {t:.3f} | {t / base:.2f} |")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from typing import Optional, Tuple
 import torch
 
 # Logits per chunk: 2M floats (8 MB in fp32, about a core's L2 cache) on a CPU; on an accelerator
-# enough to keep each kernel large (a chunk of 256 positions at a 152k vocabulary).
+# enough to keep each kernel large (about 220 positions a chunk at a 152k vocabulary).
 CPU_CHUNK_LOGITS = 2**21
 ACCELERATOR_CHUNK_LOGITS = 2**25
 

@@ -84,3 +84,23 @@ def test_default_chunks_by_device_and_refusal_of_other_heads():
     assert head.chunk_rows(10**9, torch.device("cpu")) == 1
     with pytest.raises(TypeError, match="linear output head"):
         head.install(torch.nn.Sequential())
+
+
+def test_bfloat16_head_returns_float32_values_and_bfloat16_gradients():
+    """A bf16 model (the GPU recipes): logits in fp32 as the plain way casts them, gradients in
+    the parameters' dtype, close to the float64 reference within bf16 rounding."""
+    vocab, hidden, n = 50, 8, 23
+    lin = _linear(vocab, hidden, False)
+    h = torch.randn(n, hidden)
+    labels = torch.randint(0, vocab, (n,))
+    g_logp, g_ent = torch.randn(n), torch.randn(n)
+    plain, _ = _both(lin, h, labels, 1.0, g_logp, g_ent, chunk_logits=5 * vocab)
+    low = copy.deepcopy(lin).bfloat16()
+    x = h.bfloat16().requires_grad_()
+    logp, ent = head.head_logp_entropy(low, x, labels, 1.0, 5 * vocab)
+    assert logp.dtype == ent.dtype == torch.float32
+    ((logp * g_logp).sum() + (ent * g_ent).sum()).backward()
+    assert x.grad.dtype == low.weight.grad.dtype == torch.bfloat16
+    for name, want, got in zip(("d hidden", "d weight"), plain[2:4], (x.grad, low.weight.grad)):
+        # bf16 keeps 8 bits of mantissa; inputs rounded to bf16 move the logits by ~1%
+        torch.testing.assert_close(got.float(), want, atol=0.05 * float(want.abs().max()), rtol=0.0, msg=name)
