@@ -4,7 +4,7 @@ The plain way (`loss.token_logp_entropy` over `head(hidden)`) holds the logits o
 position at once and lets autograd keep each intermediate of the log-softmax and the entropy for
 backward: at the debug recipe's ~3,000 trained tokens and 6,144 words, 74 MB per tensor and
 about ten passes over such tensors, which on a CPU stream through memory rather than cache
-(forward + backward of the head 451 ms against 141 ms for its matrix products alone); on a GPU
+(forward + backward of the head 0.43 s on one core, 0.14 s of it its matrix products); on a GPU
 with a 152k vocabulary the same tensors take several GB. Here one autograd function computes, for
 a chunk of positions, the logits, their log-sum-exp, the label's log-prob and the entropy, and
 keeps only the hidden states and two floats a position; backward computes each chunk's logits
@@ -13,8 +13,9 @@ again and its gradient in closed form:
     d logp_label / d z_j = [j == label] - p_j
     d entropy    / d z_j = -p_j (log p_j + entropy)
 
-so a chunk's work stays in cache (about 160 ms for the same head on one CPU core: one more matrix
-product, far fewer passes over memory). Values equal the plain way's within float rounding.
+so a chunk's work stays in cache (0.16 s for the same head on one core: four matrix products
+instead of three, far fewer passes over memory; `benchmarks/bench_learner.py`). Values equal the
+plain way's within float rounding.
 
 Called as the head module's own forward (`install`), so that ZeRO-3's module hooks gather its
 weight for the forward and again for the backward, as they do for a plain linear layer.
@@ -26,9 +27,12 @@ from types import MethodType
 from typing import Optional, Tuple
 
 import torch
+from torch.autograd.function import once_differentiable
 
-# Logits per chunk: 2M floats (8 MB in fp32, about a core's L2 cache) on a CPU; on an accelerator
-# enough to keep each kernel large (about 220 positions a chunk at a 152k vocabulary).
+# Logits per chunk: 2M floats (8 MB in fp32) on a CPU, 341 positions at the debug recipe's 6,144
+# words (for 3,000 positions on one core of the Intel VM: chunks of 64-256 positions 160-167 ms,
+# of 341 158 ms, of 1,024 195 ms); on an accelerator enough to keep each kernel large (about 220
+# positions a chunk at a 152k vocabulary).
 CPU_CHUNK_LOGITS = 2**21
 ACCELERATOR_CHUNK_LOGITS = 2**25
 
@@ -52,43 +56,44 @@ class _ChunkedLogpEntropy(torch.autograd.Function):
         return logp, entropy
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g_logp, g_entropy):
+        # Without materialized gradients an output the loss leaves out comes as None and costs
+        # nothing (autograd calls this only when at least one of the two is used).
         hidden, weight, bias, labels, logz, entropy = ctx.saved_tensors
         rows, temperature = ctx.rows, ctx.temperature
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         d_hidden = torch.empty_like(hidden) if need_h else None
+        # fp32 sums over the chunks: a bf16 head's gradient is rounded once, at the end (for a
+        # 152k x 3,584 head that sum is 2.2 GB, against 5 GB for one fp32 logits tensor of 8k tokens)
         d_weight = torch.zeros_like(weight, dtype=torch.float32) if need_w else None
-        d_bias = torch.zeros_like(bias, dtype=torch.float32) if need_b and bias is not None else None
-        if g_logp is None and g_entropy is None:
-            return (torch.zeros_like(hidden) if need_h else None), d_weight, d_bias, None, None, None
+        d_bias = torch.zeros_like(bias, dtype=torch.float32) if need_b else None
         for s in range(0, hidden.shape[0], rows):
             e = s + rows
             z = _logits(hidden[s:e], weight, bias, temperature).sub_(logz[s:e, None])  # log p
             p = z.exp()
             # dz = g_logp ([j == label] - p) - g_entropy p (log p + entropy), built in place in z
-            if g_entropy is not None:
-                z.add_(entropy[s:e, None]).mul_(g_entropy[s:e, None])
-            else:
+            if g_entropy is None:
                 z.zero_()
+            else:
+                z.add_(entropy[s:e, None]).mul_(g_entropy[s:e, None])
             if g_logp is not None:
                 z.add_(g_logp[s:e, None])
-                z.mul_(p).neg_()
+            z.mul_(p).neg_()
+            if g_logp is not None:
                 z.scatter_add_(-1, labels[s:e, None], g_logp[s:e, None])
-            else:
-                z.mul_(p).neg_()
             if temperature != 1.0:
                 z.div_(temperature)
-            dz = z.to(hidden.dtype)
             if need_h:
-                d_hidden[s:e] = dz @ weight
+                d_hidden[s:e] = z.to(hidden.dtype) @ weight
             if need_w:
-                d_weight.addmm_(dz.t().float(), hidden[s:e].float())
-            if d_bias is not None:
+                d_weight.addmm_(z.t(), hidden[s:e].float())
+            if need_b:
                 d_bias += z.sum(0)
         return (
             d_hidden,
-            d_weight.to(weight.dtype) if need_w else None,
-            d_bias.to(bias.dtype) if d_bias is not None else None,
+            None if d_weight is None else d_weight.to(weight.dtype),
+            None if d_bias is None else d_bias.to(bias.dtype),
             None,
             None,
             None,

@@ -19,7 +19,10 @@ from areal_mem.config.learner import CapLevel, CapMode, LossConfig
 
 
 def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0):
-    """Log-prob of each label and the entropy of each position's distribution (float32)."""
+    """Log-prob of each label and the entropy of each position's distribution (float32).
+
+    The plain definition over a whole logits tensor: the learner computes the same a chunk at a
+    time (`learner/head.py`); this is the reference its tests and benchmarks compare with."""
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
