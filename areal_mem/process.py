@@ -19,8 +19,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 # How every child runs areal-mem: the installed command line, with the working directory kept off
 # sys.path (-P; PYTHONSAFEPATH=1 in the environment for what the child starts in turn, e.g.
-# torchrun's ranks), so a `rollout.py` or `learner/` in the folder where a user starts a run never
-# replaces the installed package in a child.
+# torchrun's ranks), so the folder where a run starts (a checkout's `areal_mem/`, which lacks the
+# mapped service folders, or a user's own modules) never replaces the installed package in a child.
 CLI = (sys.executable, "-P", "-m", "areal_mem.app.cli")
 
 

@@ -34,7 +34,7 @@ def _build(work: str):
     from areal_mem.app.tiny_model import init_model
     from areal_mem.app.world import build_world
     from areal_mem.config.model import TinyModelConfig
-    from retriever.build import build_index
+    from areal_mem.retriever.build import build_index
 
     world, model, index = (os.path.join(work, d) for d in ("world", "model", "index"))
     build_world(world, seed=0, passages=2000, questions=200)
@@ -57,8 +57,8 @@ def main() -> int:
     parser.add_argument("--out", default=os.path.join(ROOT, "runs", "benchmarks"), help="output folder")
     args = parser.parse_args()
 
-    from retriever.launch import start_retriever
-    from rollout.workflows.base import turn_lengths
+    from areal_mem.retriever.launch import start_retriever
+    from areal_mem.rollout.workflows.base import turn_lengths
 
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-context-") as work:

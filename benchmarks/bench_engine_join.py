@@ -21,8 +21,8 @@ from typing import List
 import torch
 from bench_prefix_cache import build
 
-from rollout.generator.engine import Engine, Request
-from rollout.generator.sampling import SamplingSpec
+from areal_mem.rollout.generator.engine import Engine, Request
+from areal_mem.rollout.generator.sampling import SamplingSpec
 
 DEBUG_SHAPE = (128, 384, 2, 4, 2, 6144)  # hidden, intermediate, layers, heads, kv heads, vocab
 BATCHES = [(14, 800), (30, 800), (30, 1500)]  # running rows x columns (eta 0 / eta 2 of the recipe)

@@ -41,10 +41,10 @@ from tqdm import tqdm
 from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.generation import SamplingParams
 from areal_mem.net import free_port
+from areal_mem.rollout.generator.client import GeneratorClient
+from areal_mem.rollout.generator.launch import start_embedded_generator
 from areal_mem.weight_fingerprint import fingerprints
 from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets
-from rollout.generator.client import GeneratorClient
-from rollout.generator.launch import start_embedded_generator
 
 BUCKET_BYTES = 512 << 20
 

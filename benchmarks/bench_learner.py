@@ -59,7 +59,7 @@ def build_model(out: str, hidden: int, layers: int) -> str:
 
 
 def mixed_rows(vocab: int, n: int, seed: int = 0):
-    from learner.batch import TrainRow
+    from areal_mem.learner.batch import TrainRow
 
     rng = random.Random(seed)
     rows = []
@@ -74,8 +74,8 @@ def bench_push(engine, url: str, run_dir: str, repeats: int):
     from dataclasses import replace
 
     from areal_mem.config.learner import PublishConfig
-    from learner.publishers import DiskPublisher, DistributedPublisher
-    from rollout.generator.client import GeneratorClient
+    from areal_mem.learner.publishers import DiskPublisher, DistributedPublisher
+    from areal_mem.rollout.generator.client import GeneratorClient
 
     plain = PublishConfig(bucket_mb=512, heal=False)  # no watcher thread beside the timing
     pubs = {
@@ -100,8 +100,8 @@ def bench_push(engine, url: str, run_dir: str, repeats: int):
 
 
 def bench_packing(engine, rows, repeats: int, budget: int, fixed_rows: int):
-    from learner.loss import ppo_token_loss
-    from learner.packing import pack_by_tokens
+    from areal_mem.learner.loss import ppo_token_loss
+    from areal_mem.learner.packing import pack_by_tokens
 
     def loss_fn(b, logp, ent, e):
         m = b["loss_mask"].to(logp.device)
@@ -128,7 +128,7 @@ def bench_packing(engine, rows, repeats: int, budget: int, fixed_rows: int):
 
 def memsearcher_rows(vocab: int, n: int, seed: int = 0):
     """Contexts shaped like MemSearcher's: prompt, action (trained), tool response (masked), memory (trained)."""
-    from learner.batch import TrainRow
+    from areal_mem.learner.batch import TrainRow
 
     rng = random.Random(seed)
     rows = []
@@ -141,7 +141,7 @@ def memsearcher_rows(vocab: int, n: int, seed: int = 0):
 
 
 def bench_head(engine, rows, repeats: int):
-    from learner.batch import collate
+    from areal_mem.learner.batch import collate
 
     b = collate(rows)
     keeps = {
@@ -165,8 +165,8 @@ def bench_head_chunks(hidden_size: int, vocab: int, positions: int, repeats: int
     """(median seconds by way, largest log-prob and d-hidden differences) of a fresh linear head."""
     import statistics
 
-    from learner import head
-    from learner.loss import token_logp_entropy
+    from areal_mem.learner import head
+    from areal_mem.learner.loss import token_logp_entropy
 
     torch.manual_seed(0)
     lm_head = torch.nn.Linear(hidden_size, vocab, bias=False)
@@ -202,7 +202,7 @@ def bench_head_chunks(hidden_size: int, vocab: int, positions: int, repeats: int
 def bench_mask(engine, rows, repeats: int, fixed_rows: int):
     import statistics
 
-    from learner.batch import collate
+    from areal_mem.learner.batch import collate
 
     model = engine.engine.module
     batches = [collate(rows[i : i + fixed_rows]) for i in range(0, len(rows), fixed_rows)]
@@ -246,8 +246,8 @@ def main() -> None:
 
     from areal_mem.config.generator import EmbeddedConfig
     from areal_mem.config.learner import LearnerConfig
-    from learner.engine import LearnerEngine
-    from rollout.generator.launch import start_embedded_generator
+    from areal_mem.learner.engine import LearnerEngine
+    from areal_mem.rollout.generator.launch import start_embedded_generator
 
     with tempfile.TemporaryDirectory() as tmp:
         model = build_model(tmp, args.hidden, args.layers)

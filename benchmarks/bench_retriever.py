@@ -39,12 +39,12 @@ import numpy as np
 from areal_mem.app.world import build_world
 from areal_mem.config.retriever import Dtype, RetrieverConfig
 from areal_mem.data import read_tasks
-from retriever.build import build_index
-from retriever.encoder import set_threads
-from retriever.index import load_index
-from retriever.launch import start_retriever
-from retriever.manifest import Manifest
-from rollout.oracle import corpus_titles
+from areal_mem.retriever.build import build_index
+from areal_mem.retriever.encoder import set_threads
+from areal_mem.retriever.index import load_index
+from areal_mem.retriever.launch import start_retriever
+from areal_mem.retriever.manifest import Manifest
+from areal_mem.rollout.oracle import corpus_titles
 
 
 def parse_args() -> argparse.Namespace:
@@ -162,9 +162,9 @@ def bench_cache(kind: str, index_dir: str, episodes: List[List[str]], args: argp
 
 
 def bench_replay(kind: str, index_dir: str, stream: List[List[str]], args: argparse.Namespace) -> dict:
-    from retriever.client import RetrieverClient
-    from rollout.tools.recorder import RecordingBackend
-    from rollout.tools.replayer import ReplayBackend
+    from areal_mem.retriever.client import RetrieverClient
+    from areal_mem.rollout.tools.recorder import RecordingBackend
+    from areal_mem.rollout.tools.replayer import ReplayBackend
 
     queries = [q for episode in stream for q in episode]
     tape = os.path.join(tempfile.mkdtemp(prefix="bench-tape-"), "bench.jsonl")

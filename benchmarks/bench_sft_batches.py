@@ -32,9 +32,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from areal_mem.config.learner import LearnerConfig
-    from learner.engine import LearnerEngine
-    from learner.sft_batches import epoch_order, padded_tokens, row_batches, token_batches
-    from learner.sft_data import read_all
+    from areal_mem.learner.engine import LearnerEngine
+    from areal_mem.learner.sft_batches import epoch_order, padded_tokens, row_batches, token_batches
+    from areal_mem.learner.sft_data import read_all
 
     rows = read_all([args.data])
     chosen = epoch_order(len(rows), 0, 0)[: args.rows]

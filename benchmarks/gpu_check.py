@@ -62,7 +62,7 @@ def write_model(out: str, shape: Dict[str, int], vocab: int, dtype: torch.dtype)
 
 def learner_step(path: str, params: int, smoke: bool, peak: float, steps: int) -> dict:
     from areal_mem.config.learner import Dtype, LearnerConfig
-    from learner.engine import LearnerEngine
+    from areal_mem.learner.engine import LearnerEngine
 
     cfg = LearnerConfig(
         lr=1e-6,
@@ -95,7 +95,7 @@ def learner_step(path: str, params: int, smoke: bool, peak: float, steps: int) -
 
 def generator_throughput(path: str, device: str, smoke: bool) -> Dict[int, float]:
     from areal_mem.config.generator import EmbeddedConfig
-    from rollout.generator.launch import start_embedded_generator
+    from areal_mem.rollout.generator.launch import start_embedded_generator
 
     levels = [1, 2, 4] if smoke else [1, 32, 128]
     new_tokens = 8 if smoke else 128
@@ -111,9 +111,9 @@ def generator_throughput(path: str, device: str, smoke: bool) -> Dict[int, float
 def disk_push(engine, path: str, device: str, smoke: bool, work: str) -> float:
     from areal_mem.config.generator import EmbeddedConfig
     from areal_mem.config.learner import PublishConfig
-    from learner.publishers import DiskPublisher
-    from rollout.generator.client import GeneratorClient
-    from rollout.generator.launch import start_embedded_generator
+    from areal_mem.learner.publishers import DiskPublisher
+    from areal_mem.rollout.generator.client import GeneratorClient
+    from areal_mem.rollout.generator.launch import start_embedded_generator
 
     weights = os.path.join(work, "weights")
     embedded = EmbeddedConfig(device=device, dtype="float32" if smoke else "bfloat16", weights_dirs=[weights])

@@ -88,7 +88,7 @@ def forward_at(
 
     A whole batch's logits are B x L x vocab floats (8k tokens x 152k vocab: 5 GB in fp32), most
     of them at prompt and tool-response positions that no loss reads; and even at the trained
-    positions alone the head is computed a chunk at a time (`learner.head`). Installed as the
+    positions alone the head is computed a chunk at a time (`areal_mem.learner.head`). Installed as the
     model's `forward`, so DeepSpeed's engine and ZeRO-3's module hooks see an ordinary forward.
     Models whose head is more than a linear layer (logit soft-capping) are refused at load.
     """

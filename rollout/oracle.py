@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 from areal_mem.data.task import Task
 from areal_mem.generation import GenerationResult, SamplingParams
-from rollout.workflows.tokens import ASSISTANT_HEADER, IM_START, decode, encode
+from areal_mem.rollout.workflows.tokens import ASSISTANT_HEADER, IM_START, decode, encode
 
 _QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL)
 _MEMORY = re.compile(r"<memory>(.*?)</memory>", re.DOTALL)

@@ -6,7 +6,7 @@ register through the entry-point group `areal_mem.workflows`: an entry point
 named `X` is workflow `X`, `tool.X` is tool `X`, `reward.X` is reward `X`.
 
 What is registered is a factory, so that each kind is built the same way:
-- workflow: a `rollout.workflows.Workflow` subclass, instantiated with no arguments;
+- workflow: a `areal_mem.rollout.workflows.Workflow` subclass, instantiated with no arguments;
 - tool: `factory(ToolBuild) -> Tool`;
 - reward: `factory(RolloutConfig) -> reward(message, task) -> float`.
 """
@@ -23,11 +23,11 @@ KINDS = ("workflow", "tool", "reward")
 # Built-ins are import paths, so that importing the registry stays cheap.
 _BUILTINS: Dict[str, Dict[str, str]] = {
     "workflow": {
-        "memsearcher": "rollout.workflows.memsearcher:MemSearcherWorkflow",
-        "react": "rollout.workflows.react:ReActWorkflow",
+        "memsearcher": "areal_mem.rollout.workflows.memsearcher:MemSearcherWorkflow",
+        "react": "areal_mem.rollout.workflows.react:ReActWorkflow",
     },
-    "tool": {"wikipedia_search": "rollout.tools.wikipedia_search:from_build"},
-    "reward": {"memsearcher": "rollout.rewards.answer_reward:from_config"},
+    "tool": {"wikipedia_search": "areal_mem.rollout.tools.wikipedia_search:from_build"},
+    "reward": {"memsearcher": "areal_mem.rollout.rewards.answer_reward:from_config"},
 }
 _registry: Dict[str, Dict[str, Any]] = {kind: {} for kind in KINDS}
 _entry_points: Dict[str, Dict[str, EntryPoint]] = {kind: {} for kind in KINDS}

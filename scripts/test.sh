@@ -6,5 +6,5 @@ bash scripts/setup.sh test
 # Style and layers first: each takes seconds and names what is wrong.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/lint-imports
+.venv/bin/python scripts/lint_imports.py
 .venv/bin/python -m pytest -m "not slow" -q "$@"

@@ -13,23 +13,22 @@ import os
 import sys
 from typing import List, Optional
 
-from areal_mem.app.installation import shadowed
 from areal_mem.config import ConfigError
 
 COMMANDS = {
     "config": "areal_mem.app.commands.config",
     "world": "areal_mem.app.world.command",
     "init-model": "areal_mem.app.tiny_model",
-    "retriever": "retriever.command",
+    "retriever": "areal_mem.retriever.command",
     "buffer": "areal_mem.buffer.command",
-    "generator": "rollout.generator.command",
+    "generator": "areal_mem.rollout.generator.command",
     "data": "areal_mem.app.commands.data",
     "eval": "areal_mem.app.evaluation.command",
     "evaluator": "areal_mem.app.evaluation.during_training",
     "learner": "areal_mem.app.commands.learner",
     "rollout": "areal_mem.app.commands.rollout",
     "train": "areal_mem.app.train",
-    "sft": "learner.sft_command",
+    "sft": "areal_mem.learner.sft_command",
     "bench": "areal_mem.app.bench.command",
 }
 
@@ -73,14 +72,6 @@ def pin_cpus() -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    problems = shadowed()
-    if problems:
-        print(
-            "areal-mem: " + "; ".join(problems) + ". Rename or move those files, or start areal-mem from "
-            "another folder (and keep them off PYTHONPATH).",
-            file=sys.stderr,
-        )
-        return 2
     only = argv[0] if argv and argv[0] in COMMANDS else None
     args = build_parser(only).parse_args(argv)
     try:

@@ -15,9 +15,9 @@ from transformers import AutoTokenizer
 from areal_mem.app.evaluation.services import retriever_service
 from areal_mem.config import ConfigError, RunConfig
 from areal_mem.data import read_tasks
-from retriever.client import RetrieverClient
-from rollout.oracle import corpus_titles, demonstrations, oracle_for
-from rollout.workflows import build_context, build_workflow
+from areal_mem.retriever.client import RetrieverClient
+from areal_mem.rollout.oracle import corpus_titles, demonstrations, oracle_for
+from areal_mem.rollout.workflows import build_context, build_workflow
 
 
 def oracle_class(cfg: RunConfig) -> type:

@@ -51,7 +51,7 @@ CHAT_TEMPLATE = (
 
 def memsearcher_prompt() -> str:
     """The released MemSearcher prompt the rollout ships; the tokenizer is trained on it."""
-    from rollout.workflows.tokens import packaged_prompt
+    from areal_mem.rollout.workflows.tokens import packaged_prompt
 
     return packaged_prompt("memsearcher.txt")
 
@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         )
         texts: List[str] = []
         if shape.workflow_text_repeats:
-            from rollout.workflows.setup import workflow_texts
+            from areal_mem.rollout.workflows.setup import workflow_texts
 
             texts = workflow_texts(load_run(args.config, optional=["model.path"]).rollout)
     except ValueError as e:  # a negative count; a ConfigError of the run config

@@ -91,7 +91,7 @@ class TrainPipeline:
             with open(manifest, encoding="utf-8") as f:
                 self.results["world_sha256"] = json.load(f).get("sha256")
         if cfg.model.build:
-            from rollout.workflows.setup import workflow_texts
+            from areal_mem.rollout.workflows.setup import workflow_texts
 
             from .tiny_model import check_built_model, init_model
 
@@ -112,7 +112,7 @@ class TrainPipeline:
                 f"is empty: build one (areal-mem retriever build --corpus FILE --out "
                 f"{cfg.retriever.index_dir} --config ...) or point retriever.urls at a service"
             )
-        from retriever.build import build_index
+        from areal_mem.retriever.build import build_index
 
         log.info("building the %s index in %s", cfg.retriever.kind.value, cfg.retriever.index_dir)
         build_index(

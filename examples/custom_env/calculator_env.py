@@ -15,9 +15,9 @@ import operator
 from typing import Any, Dict
 
 from areal_mem.config.rollout import RolloutConfig
-from rollout.rewards.answer import extract_boxed
-from rollout.tools.base import Tool, ToolBuild, ToolError
-from rollout.workflows.react import ReActWorkflow
+from areal_mem.rollout.rewards.answer import extract_boxed
+from areal_mem.rollout.tools.base import Tool, ToolBuild, ToolError
+from areal_mem.rollout.workflows.react import ReActWorkflow
 
 _OPS = {
     ast.Add: operator.add,

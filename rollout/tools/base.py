@@ -35,7 +35,7 @@ class Tool(ABC):
 
 class SearchBackend(Protocol):
     """What the search tools need from a retrieval service; the composition injects the retriever's
-    HTTP client (`retriever.client.RetrieverClient`), the rollout never imports it."""
+    HTTP client (`areal_mem.retriever.client.RetrieverClient`), the rollout never imports it."""
 
     async def search(self, query: str, top_n: int) -> List[Dict[str, Any]]:
         """The `top_n` best documents for `query`, each at least {"id", "contents"}."""

@@ -15,11 +15,11 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 from areal_mem.config.rollout import RolloutLimits
 from areal_mem.data.task import Task
 from areal_mem.generation import GenerationResult, SamplingParams
+from areal_mem.rollout.rewards.answer import extract_boxed
+from areal_mem.rollout.rewards.answer_reward import format_error
+from areal_mem.rollout.rewards.metrics import exact_match, f1_score, substring_match
+from areal_mem.rollout.tools.base import EPISODE, Tool
 from areal_mem.trajectory import Trajectory
-from rollout.rewards.answer import extract_boxed
-from rollout.rewards.answer_reward import format_error
-from rollout.rewards.metrics import exact_match, f1_score, substring_match
-from rollout.tools.base import EPISODE, Tool
 
 from .tokens import packaged_prompt
 

@@ -13,9 +13,9 @@ import re
 from typing import List, Optional, Tuple
 
 from areal_mem.data.task import Task
+from areal_mem.rollout.tools.calls import find_tool_calls
+from areal_mem.rollout.tools.execute import execute_calls, render_tool_responses
 from areal_mem.trajectory import Context, Trajectory
-from rollout.tools.calls import find_tool_calls
-from rollout.tools.execute import execute_calls, render_tool_responses
 
 from .base import Workflow, WorkflowContext, record_turn_lengths, score_trajectory
 from .tokens import (

@@ -9,8 +9,8 @@ from typing import Any, Dict, List, Optional
 from areal_mem.config import ConfigError
 from areal_mem.config.rollout import PromptStyle, RolloutConfig
 from areal_mem.generation import SamplingParams
-from rollout import registry
-from rollout.tools.base import SearchBackend, Tool, ToolBuild
+from areal_mem.rollout import registry
+from areal_mem.rollout.tools.base import SearchBackend, Tool, ToolBuild
 
 from .base import Generator, RewardFn, Workflow, WorkflowContext
 from .tokens import packaged_prompt, render_prompt

@@ -16,7 +16,7 @@ ASSISTANT_HEADER = IM_START + "assistant\n"
 
 def packaged_prompt(name: str) -> str:
     """A template shipped in `rollout/prompts/`."""
-    return resources.files("rollout").joinpath("prompts", name).read_text(encoding="utf-8")
+    return resources.files("areal_mem.rollout").joinpath("prompts", name).read_text(encoding="utf-8")
 
 
 def render_prompt(template: str, **values: str) -> str:

@@ -13,9 +13,9 @@ import pytest
 
 from areal_mem.data.task import Task
 from areal_mem.generation import REQUEST_PRIORITY
+from areal_mem.rollout.tasks import TaskCursor
+from areal_mem.rollout.worker import PRIORITY_TOP, RolloutWorker
 from areal_mem.trajectory import Context, Trajectory
-from rollout.tasks import TaskCursor
-from rollout.worker import PRIORITY_TOP, RolloutWorker
 
 
 class Gate:

@@ -102,8 +102,8 @@ def test_workflow_text_repeats_make_the_fixed_text_whole_words(world_dir, tmp_pa
 
     from areal_mem.app.tiny_model import init_model, train_tokenizer
     from areal_mem.config.model import TinyModelConfig
-    from rollout.workflows.memsearcher import MEMORY_INSTRUCTION
-    from rollout.workflows.tokens import packaged_prompt
+    from areal_mem.rollout.workflows.memsearcher import MEMORY_INSTRUCTION
+    from areal_mem.rollout.workflows.tokens import packaged_prompt
 
     prompt = packaged_prompt("memsearcher_short.txt").replace("{question}", "").replace("{memory}", "")
     texts = [prompt, MEMORY_INSTRUCTION]
@@ -143,7 +143,7 @@ def test_a_built_model_records_what_it_was_built_from_and_refuses_another_config
     from areal_mem.app.tiny_model import check_built_model
     from areal_mem.config import load_run
     from areal_mem.config.model import TinyModelConfig
-    from rollout.workflows.setup import workflow_texts
+    from areal_mem.rollout.workflows.setup import workflow_texts
 
     recipe = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "debug_cpu.yaml")
     out = str(tmp_path / "m")

@@ -11,7 +11,7 @@ import torch
 
 @pytest.fixture(scope="session")
 def sglang_api():
-    from rollout.generator.sglang_schema import INSTALL_HINT, load_sglang_api_types
+    from areal_mem.rollout.generator.sglang_schema import INSTALL_HINT, load_sglang_api_types
 
     try:
         return load_sglang_api_types()
@@ -74,7 +74,7 @@ def perturbed_state(model, seed: int, scale: float = 0.5):
 def server(tiny_model_dir):
     """One embedded server shared by tests that leave its weights alone."""
     from areal_mem.config.generator import EmbeddedConfig
-    from rollout.generator.launch import start_embedded_generator
+    from areal_mem.rollout.generator.launch import start_embedded_generator
 
     h = start_embedded_generator(tiny_model_dir, EmbeddedConfig(max_batch_size=16, torch_threads=1, device="cpu"))
     yield h
@@ -85,7 +85,7 @@ def server(tiny_model_dir):
 def fresh_server(tiny_model_dir, tmp_path_factory):
     """A server of its own (weights get changed, from checkpoints under pytest's temp folder)."""
     from areal_mem.config.generator import EmbeddedConfig
-    from rollout.generator.launch import start_embedded_generator
+    from areal_mem.rollout.generator.launch import start_embedded_generator
 
     h = start_embedded_generator(
         tiny_model_dir,

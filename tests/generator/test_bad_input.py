@@ -10,9 +10,9 @@ import pytest
 
 from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.generation import SamplingParams
+from areal_mem.rollout.generator.client import GeneratorClient, GeneratorError
+from areal_mem.rollout.generator.launch import start_embedded_generator
 from areal_mem.security import InsecureBindError
-from rollout.generator.client import GeneratorClient, GeneratorError
-from rollout.generator.launch import start_embedded_generator
 
 CASES = [
     ({"sampling_params": {"max_new_tokens": 2}}, "exactly one of `text` and `input_ids`"),

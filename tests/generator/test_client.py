@@ -9,8 +9,8 @@ import pytest
 
 from areal_mem.config.generator import EmbeddedConfig, GeneratorClientConfig, GeneratorConfig
 from areal_mem.generation import REQUEST_PRIORITY, SamplingParams
-from rollout.generator.client import GeneratorUnavailable, client_from_config, token_versions
-from rollout.generator.launch import start_generators, start_sglang_servers
+from areal_mem.rollout.generator.client import GeneratorUnavailable, client_from_config, token_versions
+from areal_mem.rollout.generator.launch import start_generators, start_sglang_servers
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from areal_mem.generation import SamplingParams
-from rollout.generator.client import GeneratorClient
+from areal_mem.rollout.generator.client import GeneratorClient
 
 
 def _client(server, checker, **kw):

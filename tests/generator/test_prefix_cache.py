@@ -9,9 +9,9 @@ import time
 
 import torch
 
-from rollout.generator.engine import Engine, Request
-from rollout.generator.prefix_cache import PrefixCache
-from rollout.generator.sampling import SamplingSpec
+from areal_mem.rollout.generator.engine import Engine, Request
+from areal_mem.rollout.generator.prefix_cache import PrefixCache
+from areal_mem.rollout.generator.sampling import SamplingSpec
 
 
 def _run(engine, prompts, n=12, seed=5):

@@ -29,7 +29,7 @@ class _Captured(Exception):
 
 def _launch_line(monkeypatch, recipe: str, overrides):
     """The argv `areal-mem generator serve --config RECIPE ...` would start SGLang with."""
-    import rollout.generator.launch as launch
+    import areal_mem.rollout.generator.launch as launch
 
     seen = []
 

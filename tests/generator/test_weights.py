@@ -12,8 +12,8 @@ from safetensors.torch import save_file
 
 from areal_mem.generation import SamplingParams
 from areal_mem.net import free_port
+from areal_mem.rollout.generator.client import GeneratorClient, GeneratorError, GeneratorUnavailable
 from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets, parse_dtype
-from rollout.generator.client import GeneratorClient, GeneratorError, GeneratorUnavailable
 
 LONG = 1000  # tokens: long enough that a pause 0.15 s in catches the request mid-way
 

@@ -12,8 +12,8 @@ import aiohttp
 import msgspec
 import pytest
 
+from areal_mem.rollout.generator.client import GeneratorClient
 from areal_mem.weight_fingerprint import fingerprints
-from rollout.generator.client import GeneratorClient
 from tests.generator._sglang_source import load_io_structs, load_overall_checksum
 
 STRUCTS = load_io_structs("ParallelismInfo", "ChecksumInfo")

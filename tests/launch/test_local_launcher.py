@@ -1,6 +1,6 @@
 """The local launcher runs the whole asynchronous loop as real processes and leaves none behind."""
 
-from rollout.tools.tape import read_tape
+from areal_mem.rollout.tools.tape import read_tape
 
 
 def test_debug_recipe_runs_two_steps_and_cleans_up(tiny_train):

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import save_file
 
 from areal_mem.config.learner import LearnerConfig, LossConfig
-from learner.batch import TrainRow
-from learner.engine import LearnerEngine
+from areal_mem.learner.batch import TrainRow
+from areal_mem.learner.engine import LearnerEngine
 
 
 def fixed_rows(vocab: int, n: int = 7, seed: int = 0):
@@ -36,8 +36,8 @@ def plain_loss(model_dir, rows, loss_cfg):
     """The first mini-batch's token-mean loss by plain PyTorch: one padded batch, no DeepSpeed."""
     from transformers import AutoModelForCausalLM
 
-    from learner.batch import collate
-    from learner.loss import ppo_token_loss, token_logp_entropy
+    from areal_mem.learner.batch import collate
+    from areal_mem.learner.loss import ppo_token_loss, token_logp_entropy
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     b = collate(rows)

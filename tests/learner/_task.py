@@ -11,8 +11,8 @@ import uuid
 
 from areal_mem.buffer.client import BufferClient
 from areal_mem.generation import SamplingParams
+from areal_mem.rollout.generator.client import GeneratorClient
 from areal_mem.trajectory import Context, Group, Trajectory
-from rollout.generator.client import GeneratorClient
 
 PROMPT = [5, 17, 42, 7]
 

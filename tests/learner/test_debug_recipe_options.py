@@ -11,7 +11,7 @@ from areal_mem.app.world import build_world, check_built_world, world_filters, w
 from areal_mem.app.world.entities import OCCUPATIONS
 from areal_mem.config import load_config, load_run
 from areal_mem.data.task import Task
-from rollout.oracle import fact_sentences
+from areal_mem.rollout.oracle import fact_sentences
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -6,8 +6,8 @@ import copy
 import pytest
 import torch
 
-from learner import head
-from learner.loss import token_logp_entropy
+from areal_mem.learner import head
+from areal_mem.learner.loss import token_logp_entropy
 
 
 def _linear(vocab, hidden, bias):

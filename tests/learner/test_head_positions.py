@@ -6,12 +6,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from areal_mem.config.learner import LearnerConfig
-from learner.batch import TrainRow, collate
-from learner.loss import token_logp_entropy
+from areal_mem.learner.batch import TrainRow, collate
+from areal_mem.learner.loss import token_logp_entropy
 
 
 def test_logits_only_at_kept_positions_equal_the_full_forward(tiny_model_dir):
-    from learner.engine import LearnerEngine
+    from areal_mem.learner.engine import LearnerEngine
 
     engine = LearnerEngine(tiny_model_dir, LearnerConfig(zero_stage=2, micro_batch_tokens=256))
     rows = [
@@ -39,7 +39,7 @@ def test_logits_only_at_kept_positions_equal_the_full_forward(tiny_model_dir):
 def test_a_row_padded_in_a_batch_has_the_log_probs_it_has_alone(tiny_model_dir):
     """The learner's forward uses no padding mask (only the causal one): right padding must then
     leave every real position as it is without the pads, whatever the pads hold."""
-    from learner.engine import LearnerEngine
+    from areal_mem.learner.engine import LearnerEngine
 
     engine = LearnerEngine(tiny_model_dir, LearnerConfig(zero_stage=2, micro_batch_tokens=4096))
     long = TrainRow(list(range(5, 45)), 10, [1] * 30, [0.0] * 30, [0] * 30, [1.0] * 30)

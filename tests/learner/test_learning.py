@@ -15,8 +15,8 @@ import pytest
 
 from areal_mem.buffer.launch import BufferProcess
 from areal_mem.config.generator import EmbeddedConfig
-from rollout.generator.client import GeneratorClient
-from rollout.generator.launch import start_embedded_generator
+from areal_mem.rollout.generator.client import GeneratorClient
+from areal_mem.rollout.generator.launch import start_embedded_generator
 from tests.learner._task import Producer
 
 STEP_LINE = re.compile(r"\[train step (\d+)\] reward=([0-9.e-]+).*")

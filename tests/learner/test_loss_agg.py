@@ -12,10 +12,10 @@ import torch
 from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.config.learner import LearnerConfig, LossAgg, LossConfig
 from areal_mem.generation import SamplingParams
+from areal_mem.learner.batch import TrainRow, rows_from_groups
+from areal_mem.rollout.generator.client import GeneratorClient
+from areal_mem.rollout.generator.launch import start_embedded_generator
 from areal_mem.trajectory import Context, Group, Trajectory
-from learner.batch import TrainRow, rows_from_groups
-from rollout.generator.client import GeneratorClient
-from rollout.generator.launch import start_embedded_generator
 
 # lr 0: the weights never move, so every step sees the log-probs the behaviour ones were read at.
 FROZEN = LearnerConfig(lr=0.0, weight_decay=0.0, zero_stage=2, micro_batch_tokens=256, loss=LossConfig(entropy_coef=0))
@@ -23,7 +23,7 @@ FROZEN = LearnerConfig(lr=0.0, weight_decay=0.0, zero_stage=2, micro_batch_token
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from learner.engine import LearnerEngine
+    from areal_mem.learner.engine import LearnerEngine
 
     return LearnerEngine(tiny_model_dir, FROZEN)
 

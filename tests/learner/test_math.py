@@ -6,17 +6,17 @@ import pytest
 import torch
 
 from areal_mem.config.learner import CapLevel, CapMode, LossConfig
-from areal_mem.trajectory import Context, Group, Trajectory
-from learner.advantages import group_advantages, group_context_advantages
-from learner.batch import TrainRow, collate, rows_from_groups
-from learner.loss import (
+from areal_mem.learner.advantages import group_advantages, group_context_advantages
+from areal_mem.learner.batch import TrainRow, collate, rows_from_groups
+from areal_mem.learner.loss import (
     behaviour_weights,
     loglinear_prox_logp,
     low_var_kl,
     ppo_token_loss,
     token_logp_entropy,
 )
-from learner.packing import pack_by_tokens, split_balanced, split_contiguous
+from areal_mem.learner.packing import pack_by_tokens, split_balanced, split_contiguous
+from areal_mem.trajectory import Context, Group, Trajectory
 
 
 def test_advantages_equal_rewards_are_zero():

@@ -2,8 +2,8 @@
 
 import pytest
 
+from areal_mem.learner.metrics import MetricsLogger, batch_stats, staleness
 from areal_mem.trajectory import Context, Group, Trajectory
-from learner.metrics import MetricsLogger, batch_stats, staleness
 
 
 def _traj(tid, reward, versions, info):

@@ -7,7 +7,7 @@ import torch
 
 from areal_mem.config import load_run
 from areal_mem.config.learner import LossConfig
-from learner.loss import ppo_token_loss
+from areal_mem.learner.loss import ppo_token_loss
 
 LOGP = [math.log(1.5), math.log(0.5), math.log(4.0)]
 PROX = [math.log(2.0)] * 3

@@ -13,15 +13,15 @@ from safetensors.torch import load_file, save_file
 
 from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.config.learner import LearnerConfig, PublishConfig, VerifyMode
-from learner.publishers import DiskPublisher, DistributedPublisher, ProbeMismatch, WeightMismatch
-from rollout.generator.client import GeneratorClient
-from rollout.generator.launch import start_embedded_generator
+from areal_mem.learner.publishers import DiskPublisher, DistributedPublisher, ProbeMismatch, WeightMismatch
+from areal_mem.rollout.generator.client import GeneratorClient
+from areal_mem.rollout.generator.launch import start_embedded_generator
 from tests.learner._dist_worker import fixed_rows
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from learner.engine import LearnerEngine
+    from areal_mem.learner.engine import LearnerEngine
 
     return LearnerEngine(tiny_model_dir, LearnerConfig(lr=1e-2, zero_stage=2, micro_batch_tokens=256))
 

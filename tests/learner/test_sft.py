@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from learner.sft_data import SFTDataError, read_rows
+from areal_mem.learner.sft_data import SFTDataError, read_rows
 
 PROMPT = [11, 12, 13, 14]
 LEARN = [101, 102, 103, 104, 105]  # masked in: the model writes these

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from areal_mem.config import ConfigError, load_run
-from learner.batch import TrainRow
-from learner.sft_batches import epoch_order, padded_tokens, row_batches, token_batches
+from areal_mem.learner.batch import TrainRow
+from areal_mem.learner.sft_batches import epoch_order, padded_tokens, row_batches, token_batches
 
 
 def _bimodal(n=200, seed=0):
@@ -81,8 +81,8 @@ def _weights(model_dir):
 
 def test_token_batched_sft_resumes_mid_epoch_to_the_same_weights(tiny_model_dir, tmp_path, monkeypatch):
     """A run stopped after 5 steps of epoch 1 and started again ends bit-identical to one that ran through."""
-    from learner.engine import LearnerEngine
-    from learner.sft import run_sft
+    from areal_mem.learner.engine import LearnerEngine
+    from areal_mem.learner.sft import run_sft
 
     rows = _rows()
     overrides = [f"model.path={tiny_model_dir}", "learner.sft.epochs=2", "learner.sft.batch_tokens=120"]

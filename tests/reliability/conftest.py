@@ -86,9 +86,9 @@ def rel_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def retriever_service(world_dir, rel_dir):
     """BM25 over the world's corpus, token required; `extra` holds a query and its exact answer."""
-    from retriever.build import build_index
-    from retriever.corpus import CorpusReader
-    from retriever.launch import start_retriever
+    from areal_mem.retriever.build import build_index
+    from areal_mem.retriever.corpus import CorpusReader
+    from areal_mem.retriever.launch import start_retriever
 
     corpus = os.path.join(world_dir, "corpus.jsonl")
     index = str(rel_dir / "bm25")
@@ -109,7 +109,7 @@ def retriever_service(world_dir, rel_dir):
 def generator_service(tiny_model_dir, rel_dir):
     """The embedded server, token required, loading weights only from `extra["allowed"]`."""
     from areal_mem.config.generator import EmbeddedConfig
-    from rollout.generator.launch import start_embedded_generator
+    from areal_mem.rollout.generator.launch import start_embedded_generator
 
     allowed = rel_dir / "allowed"
     allowed.mkdir()
@@ -163,8 +163,8 @@ def app_routes(app) -> set:
 def routes():
     """The routes the retriever and the generator register, read from their routers."""
     from areal_mem.config.retriever import RetrieverConfig
-    from retriever.server import make_app
-    from rollout.generator.server import GeneratorServer
+    from areal_mem.retriever.server import make_app
+    from areal_mem.rollout.generator.server import GeneratorServer
 
     return {
         "retriever": app_routes(make_app(None, RetrieverConfig())),

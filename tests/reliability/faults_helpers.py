@@ -11,10 +11,10 @@ import os
 import psutil
 
 from areal_mem.config import load_run
-from rollout.tools.calls import find_tool_calls
-from rollout.tools.execute import execute_calls, render_tool_responses
-from rollout.workflows.memsearcher import MEMORY_INSTRUCTION, MemSearcherWorkflow, tool_turn_text
-from rollout.workflows.tokens import assistant_prefix, encode, generate_into
+from areal_mem.rollout.tools.calls import find_tool_calls
+from areal_mem.rollout.tools.execute import execute_calls, render_tool_responses
+from areal_mem.rollout.workflows.memsearcher import MEMORY_INSTRUCTION, MemSearcherWorkflow, tool_turn_text
+from areal_mem.rollout.workflows.tokens import assistant_prefix, encode, generate_into
 from tests.launch.conftest import REPO, TINY
 
 log = logging.getLogger(__name__)

@@ -58,7 +58,7 @@ QUESTION_LINES = {
 )
 def test_a_corrupt_line_names_file_and_line(reader, case, tmp_path):
     from areal_mem.data import DataError, read_tasks
-    from retriever.corpus import CorpusError, corpus_checksum
+    from areal_mem.retriever.corpus import CorpusError, corpus_checksum
 
     lines, good, read, error = {
         "corpus": (CORPUS_LINES, GOOD_PASSAGE, corpus_checksum, CorpusError),

@@ -344,7 +344,7 @@ def test_unknown_fields_are_refused_or_ignored_as_documented(svc_name, route, se
 
 
 def test_sampling_params_refuse_unknown_keys_like_sglang(generator_service):
-    from rollout.generator.sglang_schema import load_sglang_api_types
+    from areal_mem.rollout.generator.sglang_schema import load_sglang_api_types
 
     sglang_api = load_sglang_api_types()
     status, body = generator_service.call("POST", "/generate", {"input_ids": [5], "sampling_params": {"max_tokens": 2}})
@@ -355,7 +355,7 @@ def test_sampling_params_refuse_unknown_keys_like_sglang(generator_service):
 
 def test_bodies_over_the_limit_get_413_and_the_services_stay_up(retriever_service, generator_service, checks):
     from areal_mem.config.retriever import RetrieverConfig
-    from rollout.generator.server import MAX_BODY_BYTES
+    from areal_mem.rollout.generator.server import MAX_BODY_BYTES
 
     pad = b" " * RetrieverConfig().max_body_bytes
     status, body = retriever_service.call("POST", "/search", raw=b'{"query": "a"}' + pad)

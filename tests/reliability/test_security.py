@@ -212,9 +212,9 @@ def test_default_weights_folders_cover_the_disk_publisher_and_restarts(tmp_path)
     from areal_mem.app.launch.local import latest_weights
     from areal_mem.config import load_run
     from areal_mem.config.learner import PublishConfig, PublisherKind
-    from learner.publishers import make_publisher
-    from rollout.generator.command import _weights_dirs
-    from rollout.generator.server import ForbiddenPath, allowed_path
+    from areal_mem.learner.publishers import make_publisher
+    from areal_mem.rollout.generator.command import _weights_dirs
+    from areal_mem.rollout.generator.server import ForbiddenPath, allowed_path
 
     cfg = load_run(overrides=[f"run_dir={tmp_path}/run", f"model.path={tmp_path}/model"])
     dirs = _weights_dirs(cfg, cfg.model.path)

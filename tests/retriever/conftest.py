@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from retriever.build import build_index
-from retriever.corpus import split_title
-from retriever.encoder import set_threads
-from retriever.launch import start_retriever
+from areal_mem.retriever.build import build_index
+from areal_mem.retriever.corpus import split_title
+from areal_mem.retriever.encoder import set_threads
+from areal_mem.retriever.launch import start_retriever
 
 
 @pytest.fixture(scope="module", autouse=True)

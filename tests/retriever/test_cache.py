@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from retriever.launch import start_retriever
-from retriever.manifest import Manifest
+from areal_mem.retriever.launch import start_retriever
+from areal_mem.retriever.manifest import Manifest
 
 
 def post(url, body):

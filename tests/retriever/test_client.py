@@ -7,7 +7,7 @@ import pytest
 from aiohttp import web
 
 from areal_mem.net import free_port
-from retriever.client import RetrieverClient, RetrieverError
+from areal_mem.retriever.client import RetrieverClient, RetrieverError
 
 DOC = {"id": "7", "contents": '"T"\nx'}
 

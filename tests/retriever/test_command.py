@@ -3,7 +3,7 @@
 import pytest
 
 from areal_mem.app.cli import main
-from retriever.manifest import Manifest
+from areal_mem.retriever.manifest import Manifest
 
 
 def test_build_bm25_from_the_command_line(corpus_path, tmp_path, capsys):

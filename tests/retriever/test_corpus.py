@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from retriever.corpus import CorpusError, CorpusReader, corpus_checksum, split_title
+from areal_mem.retriever.corpus import CorpusError, CorpusReader, corpus_checksum, split_title
 
 
 def _write(path, lines):

@@ -8,11 +8,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from areal_mem.config.retriever import EncoderConfig, FaissIndexType, Pooling, RetrieverConfig
-from retriever.build import build_index
-from retriever.corpus import CorpusReader, corpus_checksum
-from retriever.encoder import default_encoder_path
-from retriever.index import load_index
-from retriever.manifest import IndexMismatchError, Manifest
+from areal_mem.retriever.build import build_index
+from areal_mem.retriever.corpus import CorpusReader, corpus_checksum
+from areal_mem.retriever.encoder import default_encoder_path
+from areal_mem.retriever.index import load_index
+from areal_mem.retriever.manifest import IndexMismatchError, Manifest
 
 
 def _recall_at_5(index, title_queries):

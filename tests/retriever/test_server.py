@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from retriever.launch import start_retriever
+from areal_mem.retriever.launch import start_retriever
 
 
 def post(url, body, raw=False, headers=None):
@@ -154,8 +154,8 @@ def test_extra_corpus_fields_come_back_with_their_documents(tmp_path):
     replace `id` or `contents`. An index built before the `extra` column serves as it did."""
     import pyarrow as pa
 
-    from retriever.build import build_index
-    from retriever.docstore import DOCS, DocStore
+    from areal_mem.retriever.build import build_index
+    from areal_mem.retriever.docstore import DOCS, DocStore
 
     corpus = tmp_path / "corpus.jsonl"
     lines = [

@@ -100,9 +100,9 @@ def task():
 @pytest.fixture
 def make_ctx(tokenizer, retriever):
     from areal_mem.config.rollout import RolloutLimits
-    from rollout.rewards.answer_reward import AnswerReward
-    from rollout.tools.wikipedia_search import WikipediaSearchTool
-    from rollout.workflows.base import WorkflowContext
+    from areal_mem.rollout.rewards.answer_reward import AnswerReward
+    from areal_mem.rollout.tools.wikipedia_search import WikipediaSearchTool
+    from areal_mem.rollout.workflows.base import WorkflowContext
 
     def make(generator, backend=None, prompt_template: str = "", tool_timeout_s: float = 5.0, **limits):
         tool = WikipediaSearchTool(backend or retriever, default_top_n=5, max_top_n=20)
@@ -123,8 +123,8 @@ def make_ctx(tokenizer, retriever):
 @pytest.fixture(scope="session")
 def retriever_url(world_dir, tmp_path_factory):
     """The real retrieval service (BM25 over the test world's corpus), shared by this folder's tests."""
-    from retriever.build import build_index
-    from retriever.launch import start_retriever
+    from areal_mem.retriever.build import build_index
+    from areal_mem.retriever.launch import start_retriever
 
     index = str(tmp_path_factory.mktemp("bm25_index"))
     build_index(f"{world_dir}/corpus.jsonl", index, kind="bm25", show_progress=False)

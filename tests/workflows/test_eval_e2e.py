@@ -106,8 +106,8 @@ def test_eval_through_an_openai_compatible_server(world_dir, tiny_model_dir, ret
     the embedded server's); greedy answers equal the native API's. Training refuses the API."""
     from areal_mem.config import ConfigError, load_run
     from areal_mem.config.generator import EmbeddedConfig
-    from rollout.generator.client import client_from_config
-    from rollout.generator.launch import start_embedded_generator
+    from areal_mem.rollout.generator.client import client_from_config
+    from areal_mem.rollout.generator.launch import start_embedded_generator
 
     with start_embedded_generator(tiny_model_dir, EmbeddedConfig(device="cpu", torch_threads=1)) as gen:
         common = [

@@ -14,8 +14,8 @@ from areal_mem.app.cli import main
 from areal_mem.app.evaluation.during_training import Evaluator
 from areal_mem.config import load_run
 from areal_mem.config.generator import EmbeddedConfig
-from rollout.generator.launch import start_embedded_generator
-from rollout.generator.sglang_schema import load_sglang_api_types
+from areal_mem.rollout.generator.launch import start_embedded_generator
+from areal_mem.rollout.generator.sglang_schema import load_sglang_api_types
 
 
 class RecordingProxy:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from areal_mem.buffer.schema import group_to_table
+from areal_mem.rollout.workflows.base import prefill_tokens, run_episode, turn_lengths
+from areal_mem.rollout.workflows.memsearcher import MemSearcherWorkflow
+from areal_mem.rollout.workflows.tokens import packaged_prompt
 from areal_mem.trajectory import Group
-from rollout.workflows.base import prefill_tokens, run_episode, turn_lengths
-from rollout.workflows.memsearcher import MemSearcherWorkflow
-from rollout.workflows.tokens import packaged_prompt
 
 PROMPT = packaged_prompt("memsearcher.txt")
 SEARCH = (

@@ -8,9 +8,9 @@ import pytest
 
 from areal_mem.app.demonstrations import write_demonstrations
 from areal_mem.config import ConfigError, load_run
-from learner.sft_data import read_rows
-from rollout.oracle import corpus_titles, read_context, split_documents
-from rollout.workflows.react import ReActWorkflow
+from areal_mem.learner.sft_data import read_rows
+from areal_mem.rollout.oracle import corpus_titles, read_context, split_documents
+from areal_mem.rollout.workflows.react import ReActWorkflow
 
 
 def _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path, workflow="memsearcher"):
@@ -159,9 +159,9 @@ class CalcWorkflow(ReActWorkflow):
 def test_oracles_are_found_by_the_workflows_name(world_dir, tiny_model_dir, retriever_url, tmp_path):
     """A path to a built-in workflow finds its oracle; a plugin workflow without one is refused by name."""
     from areal_mem.app.demonstrations import oracle_class
-    from rollout.oracle import ReActOraclePolicy
+    from areal_mem.rollout.oracle import ReActOraclePolicy
 
-    path = _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path, "rollout.workflows.react:ReActWorkflow")
+    path = _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path, "areal_mem.rollout.workflows.react:ReActWorkflow")
     assert oracle_class(path) is ReActOraclePolicy
     cfg = _cfg(world_dir, tiny_model_dir, retriever_url, tmp_path, f"{__name__}:CalcWorkflow")
     with pytest.raises(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from rollout.workflows.base import prefill_tokens, turn_lengths
-from rollout.workflows.react import ReActWorkflow
-from rollout.workflows.tokens import packaged_prompt
+from areal_mem.rollout.workflows.base import prefill_tokens, turn_lengths
+from areal_mem.rollout.workflows.react import ReActWorkflow
+from areal_mem.rollout.workflows.tokens import packaged_prompt
 
 SEARCH = (
     'Look it up. </think>\n<tool_call>\n{"name": "wikipedia_search", "arguments": '

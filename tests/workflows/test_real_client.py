@@ -8,9 +8,9 @@ import asyncio
 from aiohttp import web
 
 from areal_mem.data.task import Task
-from rollout.generator.client import GeneratorClient
-from rollout.generator.sglang_schema import load_sglang_api_types
-from rollout.workflows.memsearcher import MemSearcherWorkflow
+from areal_mem.rollout.generator.client import GeneratorClient
+from areal_mem.rollout.generator.sglang_schema import load_sglang_api_types
+from areal_mem.rollout.workflows.memsearcher import MemSearcherWorkflow
 
 REPLIES = [
     'I will search. </think>\n<tool_call>\n{"name": "wikipedia_search", "arguments": '

@@ -9,9 +9,9 @@ import pytest
 
 from areal_mem.config import load_run
 from areal_mem.data import read_tasks
-from rollout import registry as plugins
-from rollout.workflows import build_context, build_workflow
-from rollout.workflows.memsearcher import MemSearcherWorkflow
+from areal_mem.rollout import registry as plugins
+from areal_mem.rollout.workflows import build_context, build_workflow
+from areal_mem.rollout.workflows.memsearcher import MemSearcherWorkflow
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "custom_env")
 
@@ -25,7 +25,7 @@ def fresh_registry(monkeypatch):
 
 def test_builtins_and_errors(fresh_registry):
     assert plugins.resolve("workflow", "memsearcher") is MemSearcherWorkflow
-    path = "rollout.workflows.memsearcher:MemSearcherWorkflow"
+    path = "areal_mem.rollout.workflows.memsearcher:MemSearcherWorkflow"
     assert plugins.resolve("workflow", path) is MemSearcherWorkflow
     expected = "no workflow named 'memsercher'; available: memsearcher, react"
     with pytest.raises(plugins.PluginError, match=expected):
@@ -33,7 +33,7 @@ def test_builtins_and_errors(fresh_registry):
     with pytest.raises(plugins.PluginError, match="cannot import module 'no_such_mod'"):
         plugins.resolve("tool", "no_such_mod:x")
     with pytest.raises(plugins.PluginError, match="has no attribute 'Nope'"):
-        plugins.resolve("reward", "rollout.rewards:Nope")
+        plugins.resolve("reward", "areal_mem.rollout.rewards:Nope")
 
 
 def test_register_by_name(fresh_registry):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from areal_mem.data.task import Task
-from rollout.rewards import (
+from areal_mem.rollout.rewards import (
     AnswerReward,
     exact_match,
     extract_boxed,

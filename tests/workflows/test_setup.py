@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from areal_mem.config import ConfigError, load_run
-from rollout.workflows import build_context, build_workflow
-from rollout.workflows.tokens import packaged_prompt
+from areal_mem.rollout.workflows import build_context, build_workflow
+from areal_mem.rollout.workflows.tokens import packaged_prompt
 
 
 def _rollout(*overrides):
@@ -41,8 +41,8 @@ def test_sampling_limits_and_eval_overrides(tokenizer, retriever):
 
 
 def test_workflow_texts_are_the_prompt_with_empty_slots_and_the_injected_instructions():
-    from rollout.workflows.memsearcher import MEMORY_INSTRUCTION
-    from rollout.workflows.setup import workflow_texts
+    from areal_mem.rollout.workflows.memsearcher import MEMORY_INSTRUCTION
+    from areal_mem.rollout.workflows.setup import workflow_texts
 
     prompt, instruction = workflow_texts(_rollout("rollout.prompt_style=short"))
     assert prompt == packaged_prompt("memsearcher_short.txt").replace("{question}", "").replace("{memory}", "")

@@ -9,15 +9,15 @@ import random
 
 import pytest
 
-from rollout.tools.base import EPISODE
-from rollout.tools.recorder import RecordingBackend
-from rollout.tools.replayer import ReplayBackend, ReplayMiss
-from rollout.tools.tape import TapeError
+from areal_mem.rollout.tools.base import EPISODE
+from areal_mem.rollout.tools.recorder import RecordingBackend
+from areal_mem.rollout.tools.replayer import ReplayBackend, ReplayMiss
+from areal_mem.rollout.tools.tape import TapeError
 
 
 @pytest.fixture(scope="module")
 def index_dir(world_dir, tmp_path_factory):
-    from retriever.build import build_index
+    from areal_mem.retriever.build import build_index
 
     out = str(tmp_path_factory.mktemp("replay_bm25"))
     build_index(f"{world_dir}/corpus.jsonl", out, kind="bm25", show_progress=False)
@@ -33,8 +33,8 @@ def searching_model(world_dir, tiny_model_dir, tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from areal_mem.data import read_tasks
-    from rollout.oracle import corpus_titles, search_call
-    from rollout.workflows.tokens import encode, packaged_prompt, render_prompt
+    from areal_mem.rollout.oracle import corpus_titles, search_call
+    from areal_mem.rollout.workflows.tokens import encode, packaged_prompt, render_prompt
 
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -75,7 +75,7 @@ def searching_model(world_dir, tiny_model_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def generator_url(searching_model):
     from areal_mem.config.generator import EmbeddedConfig
-    from rollout.generator.launch import start_embedded_generator
+    from areal_mem.rollout.generator.launch import start_embedded_generator
 
     with start_embedded_generator(
         searching_model, EmbeddedConfig(device="cpu", torch_threads=1, max_batch_size=8)
@@ -92,7 +92,7 @@ def _search_all(backend, calls, episode="ep-1"):
 
 
 def test_record_then_replay_a_search_sequence(retriever_url, tmp_path):
-    from retriever.client import RetrieverClient
+    from areal_mem.retriever.client import RetrieverClient
 
     calls = [("Crimson city", 3), ("river", 2), ("Crimson city", 3)]
     tape = tmp_path / "tools" / "worker0.jsonl"
@@ -130,9 +130,9 @@ def test_record_then_replay_a_search_sequence(retriever_url, tmp_path):
 
 
 def test_a_replay_miss_stops_the_episode_instead_of_becoming_a_response(tmp_path):
-    from rollout.tools.calls import find_tool_calls
-    from rollout.tools.execute import execute_calls
-    from rollout.tools.wikipedia_search import WikipediaSearchTool
+    from areal_mem.rollout.tools.calls import find_tool_calls
+    from areal_mem.rollout.tools.execute import execute_calls
+    from areal_mem.rollout.tools.wikipedia_search import WikipediaSearchTool
 
     tape = tmp_path / "t.jsonl"
     tape.write_text("")
@@ -186,8 +186,8 @@ def _episodes(generator_url, tokenizer, world_dir, backend, n=6):
     from areal_mem.config.generator import GeneratorConfig
     from areal_mem.config.rollout import PromptStyle, RolloutConfig, RolloutLimits
     from areal_mem.data import read_tasks
-    from rollout.generator.client import client_from_config
-    from rollout.workflows import build_context, build_workflow, run_episode
+    from areal_mem.rollout.generator.client import client_from_config
+    from areal_mem.rollout.workflows import build_context, build_workflow, run_episode
 
     rollout = RolloutConfig(prompt_style=PromptStyle.short, limits=RolloutLimits(max_turns=3, max_new_tokens=64))
     tasks = read_tasks(f"{world_dir}/dev.jsonl")[:2]
@@ -202,8 +202,8 @@ def _episodes(generator_url, tokenizer, world_dir, backend, n=6):
 
 
 def test_a_recorded_episode_replays_token_for_token(generator_url, tokenizer, world_dir, index_dir, tmp_path):
-    from retriever.client import RetrieverClient
-    from retriever.launch import start_retriever
+    from areal_mem.retriever.client import RetrieverClient
+    from areal_mem.retriever.launch import start_retriever
 
     tape = tmp_path / "tools" / "worker0.jsonl"
     with start_retriever(index_dir, overrides=["retriever.threads=1"]) as service:
@@ -240,7 +240,7 @@ def test_eval_records_then_replays_with_the_retriever_down(
     <run_dir>/tools/eval.jsonl; `rollout.replay_tools=[that file]` gives the same results with
     the retriever stopped."""
     from areal_mem.app.cli import main
-    from retriever.launch import start_retriever
+    from areal_mem.retriever.launch import start_retriever
 
     common = [
         *("--data", f"{world_dir}/dev.jsonl", "--limit", "4", "--quiet", "--method", "memsearcher"),
@@ -271,7 +271,7 @@ def test_eval_records_then_replays_with_the_retriever_down(
 def test_which_backend_the_config_gives(tmp_path):
     from areal_mem.config import ConfigError
     from areal_mem.config.rollout import RolloutConfig
-    from rollout.tools.backend import record_path, search_backend
+    from areal_mem.rollout.tools.backend import record_path, search_backend
 
     assert [record_path(s, "run", "worker1") for s in ("", "False", "true", "out", "out/x.jsonl")] == [
         "",

@@ -8,9 +8,9 @@ import json
 import aiohttp
 
 from areal_mem.net import free_port
-from rollout.tools.calls import find_tool_calls, tags_balanced
-from rollout.tools.execute import execute_calls
-from rollout.tools.wikipedia_search import WikipediaSearchTool
+from areal_mem.rollout.tools.calls import find_tool_calls, tags_balanced
+from areal_mem.rollout.tools.execute import execute_calls
+from areal_mem.rollout.tools.wikipedia_search import WikipediaSearchTool
 
 
 def test_parse_blocks_in_order():
@@ -81,7 +81,7 @@ def test_backend_http_error_and_timeout(retriever):
 
 
 def test_search_tool_over_real_retriever(retriever_url, world_dir):
-    from retriever.client import RetrieverClient
+    from areal_mem.retriever.client import RetrieverClient
 
     with open(f"{world_dir}/corpus.jsonl") as f:
         title = json.loads(f.readline())["contents"].split("\n")[0].strip('"')

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from areal_mem.rollout.tools.base import ToolUnavailable
+from areal_mem.rollout.worker import RolloutWorker
 from areal_mem.trajectory import Trajectory
-from rollout.tools.base import ToolUnavailable
-from rollout.worker import RolloutWorker
 
 
 class Flaky:

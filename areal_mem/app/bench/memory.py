@@ -41,7 +41,7 @@ class AlwaysSearchPolicy:
         self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def _text(self, context: str, key: str) -> str:
-        from rollout.oracle import read_context, search_call, split_documents
+        from areal_mem.rollout.oracle import read_context, search_call, split_documents
 
         view = read_context(context)
         if view.phase == "memory":
@@ -72,14 +72,14 @@ async def run_workflows(
 
     from areal_mem.config.rollout import RolloutLimits
     from areal_mem.data import read_tasks
-    from retriever.client import RetrieverClient
-    from rollout.oracle import corpus_titles
-    from rollout.rewards.answer_reward import AnswerReward
-    from rollout.tools.wikipedia_search import WikipediaSearchTool
-    from rollout.workflows.base import WorkflowContext
-    from rollout.workflows.memsearcher import MemSearcherWorkflow
-    from rollout.workflows.react import ReActWorkflow
-    from rollout.workflows.setup import prompt_template
+    from areal_mem.retriever.client import RetrieverClient
+    from areal_mem.rollout.oracle import corpus_titles
+    from areal_mem.rollout.rewards.answer_reward import AnswerReward
+    from areal_mem.rollout.tools.wikipedia_search import WikipediaSearchTool
+    from areal_mem.rollout.workflows.base import WorkflowContext
+    from areal_mem.rollout.workflows.memsearcher import MemSearcherWorkflow
+    from areal_mem.rollout.workflows.react import ReActWorkflow
+    from areal_mem.rollout.workflows.setup import prompt_template
 
     tok = AutoTokenizer.from_pretrained(model)
     tasks = read_tasks(os.path.join(world, "dev.jsonl"))[:questions]
@@ -135,7 +135,7 @@ def trajectory_rows(traj) -> List[dict]:
     """The learner rows of one trajectory (advantage 1.0: a real gradient through every token)."""
     from dataclasses import asdict
 
-    from learner.batch import TrainRow
+    from areal_mem.learner.batch import TrainRow
 
     return [asdict(TrainRow.from_context(c, 1.0)) for c in traj.contexts]
 
@@ -146,8 +146,8 @@ def learner_cost(model: str, rows_path: str, micro_batch_tokens: int, out_path: 
     import time
 
     from areal_mem.config.learner import LearnerConfig
-    from learner.batch import TrainRow
-    from learner.engine import LearnerEngine
+    from areal_mem.learner.batch import TrainRow
+    from areal_mem.learner.engine import LearnerEngine
 
     with open(rows_path, encoding="utf-8") as f:
         trajs = [[TrainRow(**r) for r in rows] for rows in json.load(f)]
@@ -194,7 +194,7 @@ def measure_learner(model: str, trajs, work: str, name: str, micro_batch_tokens:
 
 
 def per_workflow(trajs, learner: dict) -> dict:
-    from rollout.workflows.base import turn_lengths
+    from areal_mem.rollout.workflows.base import turn_lengths
 
     lengths = [turn_lengths(t.info) for t in trajs]
     row_tokens = [sum(len(c.input_ids) for c in t.contexts) for t in trajs]
@@ -253,7 +253,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def measure(args, start) -> dict:
     from areal_mem.config import load_run
-    from retriever.launch import start_retriever
+    from areal_mem.retriever.launch import start_retriever
 
     cfg = load_run([args.config], [*args.overrides, *start.overrides()])
     work = os.path.join(args.run_dir, "memory")
@@ -262,7 +262,7 @@ def measure(args, start) -> dict:
         trajs = asyncio.run(
             run_workflows(start.world, start.model, handle.url, args.questions, args.turns, cfg.rollout)
         )
-    from rollout.workflows.base import turn_lengths
+    from areal_mem.rollout.workflows.base import turn_lengths
 
     rows = turn_table({name: [turn_lengths(t.info) for t in ts] for name, ts in trajs.items()})
     workflows = {

@@ -33,10 +33,10 @@ def run(args: argparse.Namespace) -> int:
         )
 
     from areal_mem.buffer.client import BufferClient
-    from learner.engine import LearnerEngine
-    from learner.publishers import make_publisher
-    from learner.trainer import Trainer
-    from rollout.generator.client import client_from_config
+    from areal_mem.learner.engine import LearnerEngine
+    from areal_mem.learner.publishers import make_publisher
+    from areal_mem.learner.trainer import Trainer
+    from areal_mem.rollout.generator.client import client_from_config
 
     engine = LearnerEngine(cfg.model.path, cfg.learner, seed=cfg.seed)
     leader = engine.rank == 0

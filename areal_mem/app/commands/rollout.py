@@ -36,12 +36,12 @@ async def _main(cfg: RunConfig, args: argparse.Namespace) -> int:
 
     from areal_mem.buffer.client import BufferClient
     from areal_mem.data import read_tasks
-    from retriever.client import RetrieverClient
-    from rollout.generator.client import client_from_config
-    from rollout.tasks import TaskCursor
-    from rollout.tools.backend import search_backend
-    from rollout.worker import RolloutWorker
-    from rollout.workflows.setup import build_context, build_workflow
+    from areal_mem.retriever.client import RetrieverClient
+    from areal_mem.rollout.generator.client import client_from_config
+    from areal_mem.rollout.tasks import TaskCursor
+    from areal_mem.rollout.tools.backend import search_backend
+    from areal_mem.rollout.worker import RolloutWorker
+    from areal_mem.rollout.workflows.setup import build_context, build_workflow
 
     for key, value in (("generator.urls", cfg.generator.urls), ("buffer.url", cfg.buffer.url)):
         if not value:

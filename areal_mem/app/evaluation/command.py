@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
     from areal_mem.config.arguments import config_from_args
     from areal_mem.data import DataError
-    from rollout.registry import PluginError
+    from areal_mem.rollout.registry import PluginError
 
     from .evaluate import run_eval
 

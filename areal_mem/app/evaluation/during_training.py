@@ -104,8 +104,8 @@ class Evaluator:
     def __init__(self, cfg: RunConfig, poll_s: float = 1.0) -> None:
         from transformers import AutoTokenizer
 
-        from learner.metrics import MetricsLogger
-        from rollout.workflows import build_workflow
+        from areal_mem.learner.metrics import MetricsLogger
+        from areal_mem.rollout.workflows import build_workflow
 
         if cfg.eval.interval <= 0:
             raise ConfigError("eval.interval must be > 0 for the evaluator beside training")
@@ -127,7 +127,7 @@ class Evaluator:
             if not cfg.generator.urls:
                 raise ConfigError("eval.placement=shared needs the training generators (generator.urls)")
             return list(cfg.generator.urls)
-        from rollout.generator.launch import start_embedded_generator, start_generators
+        from areal_mem.rollout.generator.launch import start_embedded_generator, start_generators
 
         if cfg.generator.backend == GeneratorBackend.sglang:
             handles = start_generators(replace(cfg.generator, num_servers=1, port=0, urls=[]), cfg.model.path)
@@ -160,10 +160,10 @@ class Evaluator:
                 self.metrics.close()
 
     async def _loop(self, gen_urls: List[str]) -> int:
-        from retriever.client import RetrieverClient
-        from rollout.generator.client import client_from_config
-        from rollout.tools.backend import search_backend
-        from rollout.workflows import build_context
+        from areal_mem.retriever.client import RetrieverClient
+        from areal_mem.rollout.generator.client import client_from_config
+        from areal_mem.rollout.tools.backend import search_backend
+        from areal_mem.rollout.workflows import build_context
 
         cfg = self.cfg
         priority = None if self.own else cfg.eval.priority

@@ -26,7 +26,7 @@ def run_eval(cfg: RunConfig, progress: bool = True) -> Tuple[Dict[str, Any], str
     """Writes `results.jsonl` and `summary.json` into the output folder; returns (summary, folder)."""
     from transformers import AutoTokenizer
 
-    from rollout.workflows import build_workflow
+    from areal_mem.rollout.workflows import build_workflow
 
     data_path, tasks = eval_tasks(cfg)
     method = cfg.eval.method
@@ -44,10 +44,10 @@ def run_eval(cfg: RunConfig, progress: bool = True) -> Tuple[Dict[str, Any], str
 
 
 async def _run(cfg: RunConfig, workflow, tokenizer, tasks, gen_urls, ret_urls, out_dir, progress):
-    from retriever.client import RetrieverClient
-    from rollout.generator.client import client_from_config
-    from rollout.tools.backend import search_backend
-    from rollout.workflows import build_context
+    from areal_mem.retriever.client import RetrieverClient
+    from areal_mem.rollout.generator.client import client_from_config
+    from areal_mem.rollout.tools.backend import search_backend
+    from areal_mem.rollout.workflows import build_context
 
     async with (
         client_from_config(cfg.generator, gen_urls, tokenizer=tokenizer, generation_only=True) as generator,

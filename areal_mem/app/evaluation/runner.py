@@ -11,10 +11,10 @@ from typing import Any, Dict, List
 from tqdm import tqdm
 
 from areal_mem.data.task import Task
+from areal_mem.rollout.oracle import response_documents
+from areal_mem.rollout.rewards.metrics import normalize_answer, substring_match
+from areal_mem.rollout.workflows.base import Workflow, WorkflowContext, prefill_tokens, run_episode, turn_lengths
 from areal_mem.trajectory import Trajectory
-from rollout.oracle import response_documents
-from rollout.rewards.metrics import normalize_answer, substring_match
-from rollout.workflows.base import Workflow, WorkflowContext, prefill_tokens, run_episode, turn_lengths
 
 RECORD_KEYS = ("answer", "em", "f1", "acc", "num_turns", "tool_calls", "end_reason", "format_error")
 

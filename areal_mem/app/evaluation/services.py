@@ -36,7 +36,7 @@ def retriever_service(cfg: RunConfig) -> Iterator[List[str]]:
 
 
 def _start_generators(cfg: RunConfig, stack: contextlib.ExitStack) -> List[str]:
-    from rollout.generator.launch import start_generators
+    from areal_mem.rollout.generator.launch import start_generators
 
     handles = start_generators(cfg.generator, cfg.model.path)  # all healthy, or none left running
     for h in handles:
@@ -46,9 +46,9 @@ def _start_generators(cfg: RunConfig, stack: contextlib.ExitStack) -> List[str]:
 
 
 def _start_retriever(cfg: RunConfig, stack: contextlib.ExitStack) -> List[str]:
-    from retriever.build import build_index
-    from retriever.launch import start_retriever
-    from retriever.manifest import MANIFEST
+    from areal_mem.retriever.build import build_index
+    from areal_mem.retriever.launch import start_retriever
+    from areal_mem.retriever.manifest import MANIFEST
 
     r = cfg.retriever
     if not os.path.exists(os.path.join(r.index_dir, MANIFEST)):

@@ -209,7 +209,7 @@ class LocalLauncher:
 def latest_weights(run_dir: str) -> Tuple[str, int]:
     """The newest push of the disk publisher (`<run_dir>/weights`) and its version, or ('', 0).
     With the distributed publisher a restarted generator serves `model.path` until the next push."""
-    from learner.publishers.disk import pushed_versions
+    from areal_mem.learner.publishers.disk import pushed_versions
 
     pushes = pushed_versions(os.path.join(run_dir, "weights"))
     if not pushes:
@@ -220,7 +220,7 @@ def latest_weights(run_dir: str) -> Tuple[str, int]:
 
 def pause_generator(url: str, token: str = "") -> None:
     """Hold a generator's requests until someone continues it (SGLang's /pause_generation)."""
-    from rollout.generator.client import GeneratorClient
+    from areal_mem.rollout.generator.client import GeneratorClient
 
     async def pause() -> None:
         async with GeneratorClient([url], token=token) as client:

@@ -33,8 +33,8 @@ from areal_mem.buffer.command import TOKEN_ENV as BUFFER_TOKEN_ENV
 from areal_mem.config import RunConfig
 from areal_mem.config.launcher import RayBind
 from areal_mem.process import ChildProcess
-from retriever.command import TOKEN_ENV as RETRIEVER_TOKEN_ENV
-from rollout.generator.launch import TOKEN_ENV as GENERATOR_TOKEN_ENV
+from areal_mem.retriever.command import TOKEN_ENV as RETRIEVER_TOKEN_ENV
+from areal_mem.rollout.generator.launch import TOKEN_ENV as GENERATOR_TOKEN_ENV
 
 from .local import LocalLauncher
 from .plan import ProcessSpec, learner_specs, service_specs, worker_specs
