@@ -1,4 +1,6 @@
-"""Weight publishers: one class per transport behind `WeightPublisher.publish(version)`."""
+"""Weight publishers: `WeightPublisher.publish(version)` (the push template, `publisher.py`) over
+one transport per way of moving weights (`disk.py`, `distributed.py`), with a verifier, a healer
+and the probe as their own parts."""
 
 from __future__ import annotations
 
@@ -8,9 +10,12 @@ from typing import Optional
 from areal_mem.config.learner import PublishConfig, PublisherKind
 
 from ..generator_admin import GeneratorAdmin
-from .base import ProbeMismatch, PushResult, WeightMismatch, WeightPublisher
 from .disk import DiskPublisher
 from .distributed import DistributedPublisher
+from .probe import ProbeMismatch
+from .publisher import WeightPublisher
+from .transport import PushResult
+from .verifier import WeightMismatch
 
 __all__ = [
     "DiskPublisher",

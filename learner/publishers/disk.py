@@ -2,7 +2,7 @@
 dir, loaded by every generator with `/update_weights_from_disk`; old versions removed.
 
 With verify on, the learner's own weights are fingerprinted on their device after the export
-(every rank iterates them again: under ZeRO-3 that is a second gather per push), so a checkpoint
+(every rank reads them again: under ZeRO-3 that is a second gather per push), so a checkpoint
 damaged between writing and loading is caught too. Only when the generators' dtypes were unknown
 at the push (unreachable before it) is the checkpoint itself fingerprinted, on re-delivery."""
 
@@ -15,10 +15,12 @@ from typing import List, Optional, Tuple
 
 from safetensors.torch import load_file
 
-from areal_mem.config.learner import PublishConfig, VerifyMode
+from areal_mem.config.learner import PublishConfig
 
 from ..generator_admin import GeneratorAdmin
-from .base import Expected, PushResult, WeightPublisher
+from .link import GeneratorLink
+from .publisher import WeightPublisher
+from .transport import Named, PushResult, Record, Transport
 
 
 def pushed_versions(weights_dir: str) -> List[Tuple[int, str]]:
@@ -32,47 +34,64 @@ def pushed_versions(weights_dir: str) -> List[Tuple[int, str]]:
     )
 
 
-class DiskPublisher(WeightPublisher):
-    def __init__(self, engine, client: Optional[GeneratorAdmin], weights_dir: str, cfg: PublishConfig):
-        super().__init__(engine, client, cfg)
+class DiskTransport(Transport):
+    def __init__(self, engine, link: Optional[GeneratorLink], weights_dir: str, cfg: PublishConfig):
+        super().__init__(engine, link, cfg)
         self.weights_dir = weights_dir
         self.last: Optional[Tuple[int, str]] = None  # (version, path) of the newest push
 
     def path(self, version: int) -> str:
         return os.path.join(self.weights_dir, f"v{version:06d}")
 
-    def _push(self, version: int, result: PushResult) -> None:
+    def setup(self) -> None:
+        """Nothing to join: each push names its checkpoint to the generators."""
+
+    def push(self, version: int, result: PushResult, deliver: bool, record: Optional[Record]) -> bool:
         path = self.path(version)
         self.engine.export_hf(path)  # every rank: ZeRO-3 gathers; rank 0 writes
-        if self.cfg.verify != VerifyMode.off:  # every rank takes part (a ZeRO-3 gather), rank 0 hashes
-            named = self.engine.named_weights()
-            if self.leader and self.verify and self.served is not None:
-                self.expected = self._fingerprint(named)
-            else:
-                for _ in named:
-                    pass
+        if record is not None:  # every rank reads the weights again (a ZeRO-3 gather), rank 0 hashes
+            record(self.engine.named_weights())
         if not self.leader:
-            return
+            return True
         result.bytes = sum(
             os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".safetensors")
         )
         self.last = (version, os.path.abspath(path))
-        if self.client is not None and not self.broken:
-            self.broken = not self._try(
-                self.client.update_weights_from_disk(*self.last[::-1]), f"update_weights_from_disk v{version}"
+        delivered = True
+        if self.link is not None and deliver:
+            delivered = self.link.attempt(
+                self.link.client.update_weights_from_disk(*self.last[::-1]), f"update_weights_from_disk v{version}"
             )
         self._clean()
+        return delivered
 
-    def _pushed_fingerprints(self) -> Optional[Expected]:
-        if self.expected is None and self.last is not None and self.served is not None:
-            files = sorted(glob.glob(os.path.join(glob.escape(self.last[1]), "*.safetensors")))
-            self.expected = self._fingerprint((n, t) for f in files for n, t in load_file(f).items())
-        return self.expected
+    def pushed(self) -> Optional[Named]:
+        if self.last is None:
+            return None
+        files = sorted(glob.glob(os.path.join(glob.escape(self.last[1]), "*.safetensors")))
+        return ((n, t) for f in files for n, t in load_file(f).items())
 
-    def _redeliver(self) -> None:
+    def redeliver(self) -> None:
         if self.last is not None:
-            self.io.run(self.client.update_weights_from_disk(self.last[1], self.last[0]))
+            self.link.run(self.link.client.update_weights_from_disk(self.last[1], self.last[0]))
+
+    def close(self) -> None:
+        """Nothing held: the newest checkpoints stay for restarted generators (`pushed_versions`)."""
 
     def _clean(self) -> None:
         for _, old in pushed_versions(self.weights_dir)[: -max(1, self.cfg.keep_weights)]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+class DiskPublisher(WeightPublisher):
+    """The publisher over `DiskTransport`."""
+
+    transport: DiskTransport
+
+    def __init__(self, engine, client: Optional[GeneratorAdmin], weights_dir: str, cfg: PublishConfig):
+        link = GeneratorLink.of(engine, client)
+        super().__init__(engine, link, cfg, DiskTransport(engine, link, weights_dir, cfg))
+
+    def path(self, version: int) -> str:
+        """Where push `version` is written (the launcher's restarts and the weights folders use it)."""
+        return self.transport.path(version)

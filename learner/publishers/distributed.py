@@ -7,6 +7,7 @@ while rank 0 broadcasts its tensors in the announced order. With verify on, each
 is fingerprinted on the device while its broadcast is on the wire (gloo's threads or NCCL's
 stream carry it; a ZeRO-3 tensor is gathered only for its bucket, so it is never read twice):
 the learner's half of the verification overlaps the transfer instead of adding to it.
+With heal on, rank 0 keeps a host copy of the last push, which a restarted generator gets.
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ from areal_mem.net import free_port
 from areal_mem.weight_transport import BucketMeta, WeightGroup, iter_buckets
 
 from ..generator_admin import GeneratorAdmin
-from .base import Expected, PushResult, WeightPublisher
+from .link import GeneratorLink
+from .publisher import WeightPublisher
+from .transport import Named, PushResult, Record, Transport
 
 log = logging.getLogger(__name__)
 
 
-class DistributedPublisher(WeightPublisher):
-    def __init__(self, engine, client: Optional[GeneratorAdmin], cfg: PublishConfig):
-        super().__init__(engine, client, cfg)
+class DistributedTransport(Transport):
+    def __init__(self, engine, link: Optional[GeneratorLink], cfg: PublishConfig):
+        super().__init__(engine, link, cfg)
         self.bucket_bytes = int(cfg.bucket_mb * 2**20)
         self.group_name = f"weights-{uuid.uuid4().hex[:8]}"
         self.backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -39,18 +42,17 @@ class DistributedPublisher(WeightPublisher):
         self.copy: Optional[Tuple[int, List[List[Tuple[str, torch.Tensor]]]]] = None
 
     def setup(self) -> None:
-        if self.leader and self.group is None:
+        if self.group is None:
             self._join()
-        super().setup()
 
     def _join(self, timeout_s: float = 600.0) -> None:
-        down = [u for u, ok in self.io.run(self.client.health()).items() if not ok]
+        down = [u for u, ok in self.link.run(self.link.client.health()).items() if not ok]
         if down:  # the join would wait for them until its timeout
             raise GeneratorError(f"cannot form the weight group: generator(s) {down} not answering")
         port = free_port(self.cfg.master_address)
-        world = 1 + self.cfg.ranks_per_server * len(self.client.urls)
-        fut = self.io.submit(
-            self.client.init_weights_update_group(
+        world = 1 + self.cfg.ranks_per_server * len(self.link.client.urls)
+        fut = self.link.submit(
+            self.link.client.init_weights_update_group(
                 self.cfg.master_address, port, self.group_name, self.backend, self.cfg.ranks_per_server
             )
         )
@@ -59,47 +61,49 @@ class DistributedPublisher(WeightPublisher):
         )
         fut.result()
 
-    def _push(self, version: int, result: PushResult) -> None:
+    def push(self, version: int, result: PushResult, deliver: bool, record: Optional[Record]) -> bool:
         named = self.engine.named_weights()
-        if not self.leader:
+        if self.link is None:
             for _ in named:  # take part in the ZeRO-3 gathers
                 pass
-            return
-        if self.group is None and not self.broken:
+            return True
+        failed = False
+        if deliver and self.group is None:
             try:
                 self._join()
             except RuntimeError as e:
                 log.warning("weight group: %s", e)
-                self.broken = True
+                failed = True
         copy = []
-        if self.served is not None:
-            self.expected = {}
         for n, bucket in enumerate(iter_buckets(named, self.bucket_bytes)):
             if self.cfg.heal:  # on the host: a restarted generator gets exactly these weights
                 copy.append([(name, t.detach().to("cpu", copy=True)) for name, t in bucket])
-            pending = [bucket] if self.expected is not None else []
+            pending = [bucket] if record is not None else []
 
             def fingerprint() -> None:  # while the bucket is on the wire (or after a failed send)
                 while pending:
-                    self.expected.update(self._fingerprint(pending.pop()))
+                    record(pending.pop())
 
-            if not self.broken:
+            if deliver and not failed:
                 try:
                     self._send(bucket, version, fingerprint)
                 except RuntimeError as e:  # GeneratorError, or the group lost a member
                     log.warning("weight push %d failed: %s", version, str(e).splitlines()[0])
-                    self.broken = True
+                    failed = True
             fingerprint()
             result.bytes += sum(t.numel() * t.element_size() for _, t in bucket)
             result.extra["buckets"] = n + 1
         if self.cfg.heal:
             self.copy = (version, copy)
+        return not failed
 
     def _send(self, bucket, version: int, meanwhile=None) -> None:
         """Announce and broadcast one bucket; `meanwhile()` runs while its tensors are on the wire."""
         meta = BucketMeta.of(bucket)
-        fut = self.io.submit(
-            self.client.update_weights_from_distributed(meta.names, meta.dtypes, meta.shapes, self.group_name, version)
+        fut = self.link.submit(
+            self.link.client.update_weights_from_distributed(
+                meta.names, meta.dtypes, meta.shapes, self.group_name, version
+            )
         )
         try:
             self.group.broadcast_bucket(bucket, meanwhile)
@@ -108,14 +112,11 @@ class DistributedPublisher(WeightPublisher):
             raise
         fut.result()
 
-    def _pushed_fingerprints(self) -> Optional[Expected]:
-        """Fingerprinted per bucket during the push; from the host copy when the generators' dtypes
-        were learnt only after it (they were unreachable before it)."""
-        if self.expected is None and self.copy is not None and self.served is not None:
-            self.expected = self._fingerprint(t for bucket in self.copy[1] for t in bucket)
-        return self.expected
+    def pushed(self) -> Optional[Named]:
+        """The host copy (kept with heal on)."""
+        return None if self.copy is None else (t for bucket in self.copy[1] for t in bucket)
 
-    def _redeliver(self) -> None:
+    def redeliver(self) -> None:
         """A new group with every generator (a restarted one lost the old group), then the copy."""
         if self.group is not None:
             try:
@@ -133,7 +134,14 @@ class DistributedPublisher(WeightPublisher):
             self._send([(n, t.to(device)) for n, t in bucket], version)
 
     def close(self) -> None:
-        super().close()
         if self.group is not None:
             self.group.close()
             self.group = None
+
+
+class DistributedPublisher(WeightPublisher):
+    """The publisher over `DistributedTransport`."""
+
+    def __init__(self, engine, client: Optional[GeneratorAdmin], cfg: PublishConfig):
+        link = GeneratorLink.of(engine, client)
+        super().__init__(engine, link, cfg, DistributedTransport(engine, link, cfg))
