@@ -129,7 +129,9 @@ class BufferClient:
 
     def put_table(self, table: pa.Table, group_id: str, slot: str = "") -> bool:
         """`put_group` for a table of context rows that is already built."""
-        descriptor = flight.FlightDescriptor.for_command(json.dumps({"group_id": group_id, "slot": slot}).encode())
+        # `rows`: the service stores the group only if the whole stream arrived (a cut put is refused)
+        body = {"group_id": group_id, "rows": table.num_rows, "slot": slot}
+        descriptor = flight.FlightDescriptor.for_command(json.dumps(body).encode())
 
         def put(client: flight.FlightClient) -> bool:
             writer, _ = client.do_put(descriptor, table.schema, self._options())

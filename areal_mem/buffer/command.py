@@ -27,6 +27,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--run-dir", help="run directory (default: run_dir of the config)")
 
 
+def model_vocab_size(path: str) -> int:
+    """`vocab_size` of the model's config.json (the embedding rows every token id indexes); 0 when
+    the model is not there yet (it may be built after the buffer starts) or names none."""
+    import json
+
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            size = json.load(f).get("vocab_size", 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
+    return size if isinstance(size, int) and size > 0 else 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..config import load_run
     from ..process import write_ready_file
@@ -43,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         port=b.port if args.port is None else args.port,
         token=b.token or os.environ.get(TOKEN_ENV, ""),
         max_running_groups=b.max_running_groups or cfg.rollout.num_workers * cfg.rollout.max_concurrent_groups,
+        vocab_size=b.vocab_size or model_vocab_size(cfg.model.path),
     )
     try:
         service = BufferService(os.path.join(run_dir, "buffer"), b)

@@ -8,7 +8,7 @@ a round trip is bit for bit for values that are float32 already.
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +36,17 @@ REQUIRED = tuple(CONTEXT_SCHEMA.names)
 # nested is refused so every batch can be concatenated.
 EXTRA_TYPES = (pa.bool_(), pa.int64(), pa.float64(), pa.string(), pa.null())
 _PER_TOKEN = ("loss_mask", "behav_logp", "versions")
+MAX_VERSION = 2**31 - 1  # versions are int32
+# Value limits of a trainable row (docs/reliability_security.md "What a group may hold").
+# A sampled token's log-prob is <= 0; the generator's float arithmetic may round a near-certain
+# token's log-prob a hair above 0 (SGLang and the embedded server compute them in fp32), so up to
+# LOGP_TOLERANCE above 0 is accepted. Below MIN_LOGP (probability e^-1000) nothing was sampled:
+# such a value is a sentinel or garbage, and exp() of it overflows the behaviour weight.
+LOGP_TOLERANCE = 1e-3
+MIN_LOGP = -1000.0
+# |reward| above this is refused: without std normalisation the advantage is the centred reward,
+# and a float32 loss of an advantage near 3e38 overflows.
+MAX_ABS_REWARD = 1e6
 
 
 class SchemaError(ValueError):
@@ -55,11 +66,20 @@ def group_to_table(group: Group) -> pa.Table:
             if key not in info_keys:
                 info_keys.append(key)
     extras: Dict[str, list] = {key: [] for key in info_keys}
+    kept = []
     for traj in group.trajectories:
         if not traj.contexts:
             raise SchemaError(f"trajectory {traj.traj_id!r} has no contexts")
-        last = len(traj.contexts) - 1
-        for turn, ctx in enumerate(traj.contexts):
+        # A context that generated nothing (its prompt alone filled max_context_tokens) has no
+        # token to train: it is left out, and so is a trajectory left without any context.
+        contexts = [c for c in traj.contexts if len(c.input_ids) > c.prompt_len]
+        if contexts:
+            kept.append((traj, contexts))
+    if not kept:
+        raise SchemaError(f"group {group.group_id!r}: no context has a response token")
+    for traj, contexts in kept:
+        last = len(contexts) - 1
+        for turn, ctx in enumerate(contexts):
             cols["group_id"].append(group.group_id)
             cols["traj_id"].append(traj.traj_id)
             cols["turn"].append(turn)
@@ -126,14 +146,21 @@ def table_to_groups(table: pa.Table) -> List[Group]:
     return list(groups.values())
 
 
-def validate_group(table: pa.Table, group_id: str = "") -> str:
+def validate_group(table: pa.Table, group_id: str = "", vocab_size: int = 0, max_version: Optional[int] = None) -> str:
     """Check one group's table against the contract; return its group id.
 
-    Refuses missing or mistyped columns, nulls, per-token lists whose lengths
-    disagree with `len(input_ids) - prompt_len`, a loss mask other than 0/1,
-    mixed group ids (or one that is not `group_id` when given), duplicate turns,
-    a trajectory without exactly one final context at its last turn, and
-    rewards/start versions that vary inside one trajectory.
+    Types and shape: refuses missing or mistyped columns, nulls, per-token lists whose lengths
+    disagree with `len(input_ids) - prompt_len`, mixed group ids (or one that is not
+    `group_id` when given), duplicate turns, a trajectory without exactly one final context at
+    its last turn, and rewards/start versions that vary inside one trajectory.
+
+    Values (what the learner can train on): `prompt_len >= 1` and at least one response token
+    per row; token ids in `[0, vocab_size)` (`>= 0` when the vocabulary is not known: 0); a loss
+    mask of 0/1; finite rewards with `|reward| <= MAX_ABS_REWARD`; finite behaviour log-probs
+    in `[MIN_LOGP, LOGP_TOLERANCE]`; turns `>= 0`; per-token versions `>= -1` and start
+    versions `>= 0`, both at most `max_version` when given (the buffer passes its version plus
+    the staleness window plus one push in flight). Every refusal names the group, the row (its
+    trajectory and turn) and the field.
     """
     if table.num_rows == 0:
         raise SchemaError("the group has no rows")
@@ -162,26 +189,82 @@ def validate_group(table: pa.Table, group_id: str = "") -> str:
         raise SchemaError("group_id is empty")
     if group_id and gid != group_id:
         raise SchemaError(f"rows carry group_id {gid!r} but the put names {group_id!r}")
+
+    def where(i: int, name: str) -> str:
+        return (
+            f"group {gid[:80]!r}, row {i} (trajectory {table.column('traj_id')[i].as_py()[:80]!r}, "
+            f"turn {table.column('turn')[i].as_py()}), field {name!r}"
+        )
+
     prompt_len = table.column("prompt_len").to_numpy()
     n_ids = pc.list_value_length(table.column("input_ids")).to_numpy()
     response = n_ids - prompt_len
-    bad = np.flatnonzero((prompt_len < 0) | (response < 0))
+    bad = np.flatnonzero((prompt_len < 1) | (response < 0))
     if bad.size:
         i = int(bad[0])
-        raise SchemaError(f"row {i}: prompt_len {prompt_len[i]} is outside 0..{n_ids[i]} (len(input_ids))")
+        raise SchemaError(
+            f"{where(i, 'prompt_len')}: {prompt_len[i]} is outside 1..{n_ids[i]} (len(input_ids); "
+            f"the first response token needs a prompt token before it)"
+        )
     for name in _PER_TOKEN:
         lengths = pc.list_value_length(table.column(name)).to_numpy()
         bad = np.flatnonzero(lengths != response)
         if bad.size:
             i = int(bad[0])
             raise SchemaError(
-                f"row {i}: {name} has {lengths[i]} entries, expected len(input_ids) - prompt_len = {response[i]}"
+                f"{where(i, name)}: {lengths[i]} entries, expected len(input_ids) - prompt_len = {response[i]}"
             )
-    mask = pc.list_flatten(table.column("loss_mask"))
-    if len(mask) and not pc.all(pc.is_in(mask, pa.array([0, 1], pa.int8()))).as_py():
-        raise SchemaError("loss_mask holds values other than 0 and 1")
+    bad = np.flatnonzero(response < 1)
+    if bad.size:
+        raise SchemaError(f"{where(int(bad[0]), 'input_ids')}: no response token (len(input_ids) == prompt_len)")
+    turns = table.column("turn").to_numpy()
+    bad = np.flatnonzero(turns < 0)
+    if bad.size:
+        raise SchemaError(f"{where(int(bad[0]), 'turn')}: {turns[bad[0]]} is negative")
+    _check_tokens(
+        table,
+        "input_ids",
+        lambda v: (v < 0) | (v >= vocab_size) if vocab_size else v < 0,
+        where,
+        f"token id outside 0..{vocab_size - 1} (the model's vocabulary)" if vocab_size else "negative token id",
+    )
+    _check_tokens(table, "loss_mask", lambda v: (v != 0) & (v != 1), where, "value other than 0 and 1")
+    _check_tokens(
+        table,
+        "behav_logp",
+        lambda v: ~np.isfinite(v) | (v < MIN_LOGP) | (v > LOGP_TOLERANCE),
+        where,
+        f"log-prob not finite or outside [{MIN_LOGP:g}, {LOGP_TOLERANCE:g}]",
+    )
+    top = MAX_VERSION if max_version is None else max_version
+    _check_tokens(table, "versions", lambda v: (v < -1) | (v > top), where, f"version outside -1..{top}")
+    reward = table.column("reward").to_numpy()
+    bad = np.flatnonzero(~np.isfinite(reward) | (np.abs(reward) > MAX_ABS_REWARD))
+    if bad.size:
+        i = int(bad[0])
+        raise SchemaError(f"{where(i, 'reward')}: {reward[i]} is not finite or beyond +-{MAX_ABS_REWARD:g}")
+    start = table.column("start_version").to_numpy()
+    bad = np.flatnonzero((start < 0) | (start > top))
+    if bad.size:
+        i = int(bad[0])
+        raise SchemaError(f"{where(i, 'start_version')}: {start[i]} is outside 0..{top}")
     _check_trajectories(table)
     return gid
+
+
+def _check_tokens(table: pa.Table, name: str, is_bad, where, what: str) -> None:
+    """Refuse the first per-token value for which `is_bad` holds, naming its row and position."""
+    col = table.column(name).combine_chunks()
+    values = col.flatten().to_numpy(zero_copy_only=False)
+    if not values.size:
+        return
+    bad = np.flatnonzero(is_bad(values))
+    if not bad.size:
+        return
+    k = int(bad[0])
+    offsets = col.offsets.to_numpy() - col.offsets[0].as_py()
+    i = int(np.searchsorted(offsets, k, side="right") - 1)
+    raise SchemaError(f"{where(i, name)}: {what}: {values[k].item()!r} at position {k - int(offsets[i])}")
 
 
 def concat_groups(tables: List[pa.Table]) -> pa.Table:

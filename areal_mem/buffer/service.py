@@ -1,8 +1,11 @@
 """The replay buffer as an Arrow Flight service.
 
-- `do_put` (descriptor: JSON command `{"group_id", "slot"?}`): one whole group
-  per stream, validated against the context-row schema, refused if its id was
-  ever accepted, on disk before the call returns.
+- `do_put` (descriptor: JSON command `{"group_id", "rows", "slot"?}`): one whole group
+  per stream, validated against the context-row schema (types and values: `validate_group`),
+  refused if its id was ever accepted, on disk before the call returns. `rows` is the row
+  count the writer sends: a stream that ends short of it (a writer that died mid-put: gRPC
+  ends the cancelled stream like a finished one) is refused and nothing is stored, so a
+  retry of the whole group is accepted.
 - `do_get` (ticket: JSON `{"n", "request_id", "wait_s"?}`): the `n` admissible
   groups that started at the earliest versions (then in acceptance order) as one
   stream; stale groups are dropped and counted first.
@@ -11,7 +14,13 @@
   `{"batch_id", "group_ids", "dropped_stale", "version"}` (batch_id "" when
   `wait_s` passed with fewer than `n` groups).
 - A put stream is refused as "invalid" at the first record batch that takes it over
-  `max_group_bytes`, so the service holds at most the limit plus one batch of a stream.
+  `max_group_bytes` (counted over the whole put), so the service holds at most the limit plus
+  one batch of a stream (gRPC receives one batch whole before the service sees it; the
+  client sends a group as one batch); a schema of more than `max_columns` columns or with
+  duplicate names is refused before any batch is read.
+- Versions only move forward, by at most `max_version_step` per `set_version`; an `ack`
+  acks exactly the groups served under its batch id (after a restart of the buffer: the
+  ids the ledger recorded when it served them), never a group named by the caller alone.
 - `do_action` (JSON bodies, JSON results): acquire, release, set_version, ack,
   requeue, stats (see `ACTIONS`).
 
@@ -28,7 +37,7 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any, Dict, List, Optional
 
 import pyarrow as pa
@@ -55,7 +64,7 @@ ACTIONS = {
     "stats": "{} -> counters",
 }
 FIELDS = {  # the fields each JSON body may hold
-    "do_put": ("group_id", "slot"),
+    "do_put": ("group_id", "rows", "slot"),
     "do_get": ("n", "request_id", "wait_s"),
     "acquire": ("wait_s",),
     "release": ("slot",),
@@ -90,6 +99,11 @@ class BufferService(flight.FlightServerBase):
         )
         self.max_memory_groups = cfg.max_memory_groups
         self.max_group_bytes = int(cfg.max_group_mb * (1 << 20))
+        self.max_columns = cfg.max_columns
+        self.vocab_size = cfg.vocab_size
+        self.max_version_step = cfg.max_version_step
+        # batches served before a restart and not acked: id -> group ids (from the ledger)
+        self._served_before: Dict[str, List[str]] = dict(rec.served)
         self.slot_ttl_s = cfg.slot_ttl_s
         self._cond = threading.Condition()
         self._pending: Dict[int, GroupEntry] = {e.seq: e for e in rec.pending}
@@ -126,35 +140,64 @@ class BufferService(flight.FlightServerBase):
         self.store.close()
 
     # -- do_put ---------------------------------------------------------------
-    def _read_group(self, reader) -> pa.Table:
-        """Read a put stream chunk by chunk, refusing it once it passes `max_group_bytes`."""
-        chunks, size = [], 0
+    def _read_group(self, reader, context, rows: int) -> pa.Table:
+        """Read a put stream batch by batch, refusing it as soon as it passes `max_group_bytes`
+        or `rows`; refuse a stream that ended short of `rows` or was cancelled (a cut put)."""
+        names = reader.schema.names
+        if len(names) > self.max_columns:
+            raise SchemaError(f"the put has {len(names)} columns, more than buffer.max_columns = {self.max_columns}")
+        dup = sorted(n for n, k in Counter(names).items() if k > 1)
+        if dup:
+            raise SchemaError(f"duplicate column(s) {[d[:80] for d in dup[:5]]}")
+        chunks, size, got = [], 0, 0
         for chunk in reader:
             if chunk.data is None:  # a metadata-only message carries no rows
                 continue
             size += chunk.data.nbytes
+            got += chunk.data.num_rows
             if size > self.max_group_bytes:
                 raise SchemaError(
                     f"the stream passed {size} bytes, over the limit of "
                     f"{self.max_group_bytes} bytes (buffer.max_group_mb)"
                 )
+            if got > rows:
+                raise SchemaError(
+                    f"the stream carried more than the {rows} rows its descriptor announced (field 'rows')"
+                )
             chunks.append(chunk.data)
+        if context.is_cancelled():
+            raise SchemaError("the put stream was cancelled before it completed")
+        if got != rows:
+            raise SchemaError(
+                f"the stream ended after {got} of the {rows} rows its descriptor announced (field 'rows'): "
+                f"a put cut short"
+            )
         return pa.Table.from_batches(chunks, schema=reader.schema)
 
     def do_put(self, context, descriptor, reader, writer) -> None:
         body = _json_object(descriptor.command, "do_put descriptor", FIELDS["do_put"])
         group_id = _get(body, "group_id", str, "")
         slot = _get(body, "slot", str, "")
+        rows = _get(body, "rows", int, None)
+        if rows is None or not 1 <= rows <= MAX_VERSION:
+            raise refuse(
+                "invalid",
+                f"group {group_id[:200]!r} refused, nothing stored: do_put descriptor needs field 'rows' (the "
+                f"row count the stream carries, 1..{MAX_VERSION}); got {str(rows)[:40]}",
+            )
         try:
-            table = self._read_group(reader)
-            dup = sorted({n for n in table.column_names if table.column_names.count(n) > 1})
-            if dup:
-                raise SchemaError(f"duplicate column(s) {dup}")
-            group_id = validate_group(table, group_id)
+            table = self._read_group(reader, context, rows)
+            group_id = validate_group(
+                table,
+                group_id,
+                vocab_size=self.vocab_size,
+                # a token may be sampled by the version a push is delivering before set_version
+                max_version=self.staleness.version + self.staleness.max_staleness + 1,
+            )
         except (SchemaError, pa.ArrowException) as e:
             with self._cond:
                 self.counters["refused_invalid"] += 1
-            raise refuse("invalid", f"group {group_id!r} refused, nothing stored: {e}") from None
+            raise refuse("invalid", f"group {group_id[:200]!r} refused, nothing stored: {e}") from None
         with self._cond:
             if group_id in self._live_ids or group_id in self._done_ids or group_id in self._reserved:
                 self.counters["refused_duplicate"] += 1
@@ -230,6 +273,7 @@ class BufferService(flight.FlightServerBase):
             # trained before the younger groups that overtook it, not left to turn stale behind them
             order = sorted(self._pending, key=lambda seq: (self._pending[seq].start_version, seq))
             entries = [self._pending.pop(seq) for seq in order[:n]]
+            self.store.record_served(batch_id, [e.group_id for e in entries])
             self._batches[batch_id] = entries
             self.counters["groups_served"] += n
             return entries, dropped
@@ -292,7 +336,14 @@ class BufferService(flight.FlightServerBase):
                 "invalid", f"field 'version': set_version needs a version in 0..{MAX_VERSION}; got {str(version)[:40]}"
             )
         with self._cond:
-            if version != self.staleness.version:
+            now = self.staleness.version
+            if not now <= version <= now + self.max_version_step:
+                raise refuse(
+                    "invalid",
+                    f"field 'version': {version} is not in {now}..{now + self.max_version_step} (versions only "
+                    f"move forward, by at most buffer.max_version_step = {self.max_version_step} a call)",
+                )
+            if version != now:
                 self.staleness.set_version(version)
                 self.store.record_version(version, self.staleness.clock)
                 horizon = version - self.staleness.max_staleness
@@ -304,16 +355,25 @@ class BufferService(flight.FlightServerBase):
 
     def _action_ack(self, body: Dict[str, Any]) -> Dict[str, Any]:
         batch_id = _get(body, "batch_id", str, "")
+        group_ids = _get(body, "group_ids", list, [])
         with self._cond:
             if batch_id in self._acked_batches:
                 return {"acked": 0, "already": True}
             entries = self._batches.pop(batch_id, None)
-            if entries is None:  # a restart re-queued it: ack its groups if none was served again
-                entries = self._requeued(_get(body, "group_ids", list, []))
+            if entries is None and batch_id in self._served_before:
+                # served before a restart of the buffer (the ledger says which groups): ack them
+                # if none was served again; the caller's ids must be those, if it names any
+                served = self._served_before[batch_id]
+                if not group_ids or sorted(group_ids) == sorted(served):
+                    entries = self._requeued(served)
+                    if entries is not None:
+                        del self._served_before[batch_id]
             if entries is None:
                 raise refuse(
                     "unknown_batch",
-                    f"unknown batch {batch_id!r} (never served, or re-queued by a restart of the buffer)",
+                    f"unknown batch {batch_id[:200]!r} (never served, acked already, or its groups were "
+                    f"served again after a restart of the buffer); an ack acks only the groups served "
+                    f"under its batch id",
                 )
             self.store.record_done("ack", entries, batch_id=batch_id)
             self._acked_batches[batch_id] = None

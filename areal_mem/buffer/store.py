@@ -27,7 +27,7 @@ import logging
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import pyarrow as pa
@@ -58,6 +58,7 @@ class Recovered:
     next_seq: int
     acked_batches: int = 0  # ack records: batches the learner trained
     clock: Optional[int] = None  # the admission clock last recorded (None: none was)
+    served: Dict[str, List[str]] = field(default_factory=dict)  # served, unacked batch id -> its group ids
 
 
 class GroupStore:
@@ -111,15 +112,20 @@ class GroupStore:
         start = max((e.start_version for e in entries), default=0)
         self._append({kind: [e.group_id for e in entries], "start": start, **extra})
         paths = [e.path for e in entries]
-        self._deleter.submit(lambda: [_unlink(p) for p in paths])
+        self._deleter.submit(lambda: list(map(_unlink, paths)))
 
-    def record_version(self, version: int, clock: int) -> None:
+    def record_served(self, batch_id: str, group_ids: List[str]) -> None:
+        """Ledger the groups served under `batch_id`: after a restart, an ack of that batch acks
+        exactly these (and no group a caller merely names)."""
+        self._append({"serve": batch_id, "groups": group_ids})
+
+    def record_version(self, version: int, clock: Optional[int]) -> None:
         self._append({"version": version, "clock": clock})
 
     def recover(self, max_staleness: Optional[int] = None) -> Recovered:
         """Rebuild the state from the run dir: finish deletions, drop torn puts. With
         `max_staleness`, forget done ids past the staleness horizon and compact the ledger."""
-        records, acked, version, batches, clock = self._read_ledger()
+        records, acked, version, batches, clock, served = self._read_ledger()
         horizon = None if max_staleness is None else version - max_staleness
         kept = [r for r in records if horizon is None or r.get("start", horizon) >= horizon]
         done: Dict[str, int] = {}
@@ -148,6 +154,8 @@ class GroupStore:
                 continue
             pending.append(GroupEntry(seq, gid, path, _start_version(table), table.num_rows, table.nbytes))
         done = {gid: rec.get("start", version) for rec in kept for gid in (*rec.get("ack", ()), *rec.get("drop", ()))}
+        live = {e.group_id for e in pending}
+        served = {b: gids for b, gids in served.items() if gids and all(g in live for g in gids)}
         if len(records) - len(kept) >= self.compact_min_records:
             kept_acked = sum(len(rec.get("ack", ())) for rec in kept)
             kept_batches = sum(1 for rec in kept if "ack" in rec)
@@ -160,6 +168,7 @@ class GroupStore:
                 [
                     {**head, **({} if clock is None else {"clock": clock})},
                     *({k: v for k, v in r.items() if k != "version"} for r in kept),
+                    *({"serve": b, "groups": gids} for b, gids in served.items()),
                 ]
             )
             log.info(
@@ -167,15 +176,17 @@ class GroupStore:
                 self.ledger_path,
                 len(records) - len(kept),
             )
-        return Recovered(pending, set(done), done, acked, version, max_seq + 1, batches, clock)
+        return Recovered(pending, set(done), done, acked, version, max_seq + 1, batches, clock, served)
 
-    def _read_ledger(self) -> Tuple[List[Dict], int, int, int, Optional[int]]:
-        """(ack/drop records, groups acked in all, version, batches acked in all, clock)."""
+    def _read_ledger(self) -> Tuple[List[Dict], int, int, int, Optional[int], Dict[str, List[str]]]:
+        """(ack/drop records, groups acked in all, version, batches acked in all, clock,
+        served batches not acked: id -> group ids)."""
         records: List[Dict] = []
+        served: Dict[str, List[str]] = {}
         acked = batches = version = 0
         clock = None
         if not os.path.exists(self.ledger_path):
-            return records, acked, version, batches, clock
+            return records, acked, version, batches, clock, served
         with open(self.ledger_path, "rb") as f:
             data = f.read()
         complete = data.rfind(b"\n") + 1
@@ -189,13 +200,17 @@ class GroupStore:
                 rec: Dict = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{self.ledger_path}:{lineno}: corrupt ledger record: {e}") from None
+            if "serve" in rec:
+                served[rec["serve"]] = list(rec.get("groups", ()))
+            if "ack" in rec and rec.get("batch_id") in served:
+                del served[rec["batch_id"]]
             if "ack" in rec or "drop" in rec:
                 records.append(rec)
             acked += len(rec.get("ack", ())) + rec.get("acked_total", 0)
             batches += ("ack" in rec) + rec.get("acked_batches_total", 0)
             version = rec.get("version", version)
             clock = rec.get("clock", clock)
-        return records, acked, version, batches, clock
+        return records, acked, version, batches, clock, served
 
     def _rewrite(self, records: List[Dict]) -> None:
         """Replace the ledger atomically (write, fsync, rename, fsync the directory)."""

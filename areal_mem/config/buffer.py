@@ -12,6 +12,13 @@ class BufferConfig:
     batch_groups: int = 8  # B: groups per training batch
     max_memory_groups: int = 256  # groups held in memory, the rest read back from disk
     max_group_mb: float = 256.0  # a put stream larger than this is refused (~6.3 bytes per context token)
+    max_columns: int = 256  # columns of one put (11 context-row columns + trajectory info); more: refused
+    # token ids of a put must lie in [0, vocab_size); 0: taken from <model.path>/config.json when
+    # `areal-mem buffer serve` finds one, else unknown (ids only checked >= 0)
+    vocab_size: int = 0
+    # set_version moves the version forward by at most this much (a learner pushes +1; one resumed
+    # from a checkpoint ahead of a buffer that lost its run dir jumps to the checkpoint's version)
+    max_version_step: int = 1000
     token: str = ""  # shared bearer token; empty: env AREAL_MEM_BUFFER_TOKEN, else none
     max_running_groups: int = 0  # groups in flight, all workers; 0: rollout.num_workers * max_concurrent_groups
     fsync: bool = True  # an accepted group is fsynced to disk before the put returns

@@ -65,7 +65,7 @@ def _replace(table: pa.Table, name: str, array) -> pa.Table:
         ),
         (
             lambda t: _replace(t, "prompt_len", pc.add(t.column("prompt_len"), pa.scalar(1, pa.int32()))),
-            "row 0: loss_mask has",
+            "row 0 (trajectory 'g/0', turn 0), field 'loss_mask': ",
         ),
         (lambda t: _replace(t, "group_id", pa.array(["g"] * 5 + ["h"])), "exactly one group"),
         (lambda t: _replace(t, "is_final", pa.array([False] * 6)), "exactly one is_final"),
@@ -76,7 +76,7 @@ def _replace(table: pa.Table, name: str, array) -> pa.Table:
         (lambda t: t.slice(0, 0), "no rows"),
         (
             lambda t: _replace(t, "loss_mask", pc.list_slice(t.column("loss_mask"), 0, 0)),
-            "row 0: loss_mask has 0 entries",
+            "field 'loss_mask': 0 entries",
         ),
         (
             lambda t: _replace(
@@ -86,7 +86,7 @@ def _replace(table: pa.Table, name: str, array) -> pa.Table:
                     [[2] * n for n in pc.list_value_length(t.column("loss_mask")).to_pylist()], pa.list_(pa.int8())
                 ),
             ),
-            "loss_mask holds values other than 0 and 1",
+            "field 'loss_mask': value other than 0 and 1: 2 at position 0",
         ),
     ],
 )
@@ -106,14 +106,14 @@ def test_validate_checks_the_named_group_id():
 
 @st.composite
 def groups(draw):
-    """Random groups: any lengths (empty responses included), float32 log-probs, info scalars."""
+    """Random groups: any trainable lengths, float32 log-probs, info scalars."""
     n_traj = draw(st.integers(1, 3))
     trajs = []
     for t in range(n_traj):
         contexts = []
         for _ in range(draw(st.integers(1, 3))):
-            prompt = draw(st.integers(0, 6))
-            resp = draw(st.integers(0, 6))
+            prompt = draw(st.integers(1, 6))
+            resp = draw(st.integers(1, 6))
             contexts.append(
                 Context(
                     input_ids=draw(st.lists(st.integers(0, 2**31 - 1), min_size=prompt + resp, max_size=prompt + resp)),

@@ -125,7 +125,7 @@ def test_invalid_puts_are_refused_and_nothing_is_stored(serve, tmp_path):
     short_mask = good.set_column(6, "loss_mask", pa.array([[1]] * good.num_rows, pa.list_(pa.int8())))
     for table, reason in [
         (wrong_type, "expected list<item: float>"),
-        (short_mask, "row 0: loss_mask has 1 entries"),
+        (short_mask, "row 0 (trajectory 'g/0', turn 0), field 'loss_mask': 1 entries"),
         (good, "rows carry group_id 'g' but the put names 'other'"),
     ]:
         with pytest.raises(BufferRefusedError) as e:
@@ -152,7 +152,7 @@ def test_a_put_over_the_size_limit_is_refused_and_the_service_stays_up(serve, tm
         client.put_table(one_row_batches, "big")
     assert 3_145 < int(re.search(r"passed (\d+) bytes", str(e.value)).group(1)) < 5_021
     raw = flight.FlightClient(buf.url)  # a metadata-only message is no rows, not a crash
-    writer, _ = raw.do_put(flight.FlightDescriptor.for_command(b'{"group_id": "m"}'), small.schema)
+    writer, _ = raw.do_put(flight.FlightDescriptor.for_command(b'{"group_id": "m", "rows": 6}'), small.schema)
     writer.write_metadata(b"x")
     with pytest.raises(flight.FlightServerError, match="refused, nothing stored") as e:
         writer.close()
@@ -169,7 +169,9 @@ def test_duplicate_group_id_is_refused(serve):
     group = make_group("dup")
     assert client.put_group(group) is True
     raw = flight.FlightClient(buf.url)
-    writer, _ = raw.do_put(flight.FlightDescriptor.for_command(b'{"group_id": "dup"}'), group_to_table(group).schema)
+    writer, _ = raw.do_put(
+        flight.FlightDescriptor.for_command(b'{"group_id": "dup", "rows": 6}'), group_to_table(group).schema
+    )
     writer.write_table(group_to_table(group))
     with pytest.raises(flight.FlightServerError, match="group 'dup' was already accepted"):
         writer.close()

@@ -44,7 +44,7 @@ def not_(*kinds) -> st.SearchStrategy:
 
 # One valid body per call, and bad values for each of its fields.
 BASES = {
-    "do_put": {"group_id": "g", "slot": ""},
+    "do_put": {"group_id": "g", "rows": 2, "slot": ""},
     "do_get": {"n": 1, "request_id": "fuzz", "wait_s": 0},
     "acquire": {"wait_s": 0},
     "release": {"slot": "no-such-slot"},
@@ -56,6 +56,7 @@ BASES = {
 BAD = {
     ("do_put", "group_id"): not_(str),
     ("do_put", "slot"): not_(str),
+    ("do_put", "rows"): not_(int) | st.integers(max_value=0) | st.integers(min_value=MAX_VERSION + 1),
     ("do_get", "n"): not_(int) | st.integers(max_value=0) | st.integers(min_value=MAX_VERSION + 1),
     ("do_get", "request_id"): not_(str) | st.just(""),
     ("do_get", "wait_s"): not_(int, float),
@@ -188,7 +189,9 @@ def test_unknown_fields_are_refused_naming_them(name, raw, buf, key, value):
 
 def _put_table(raw, token, table: pa.Table, gid: str) -> None:
     writer, _ = raw.do_put(
-        flight.FlightDescriptor.for_command(json.dumps({"group_id": gid}).encode()), table.schema, opts(token)
+        flight.FlightDescriptor.for_command(json.dumps({"group_id": gid, "rows": table.num_rows}).encode()),
+        table.schema,
+        opts(token),
     )
     writer.write_table(table)
     writer.close()
@@ -203,7 +206,7 @@ def _bad_tables(gid: str, marker: str):
         metadata={b"ARROW:extension:name": b"arrow.py_extension_type", b"ARROW:extension:metadata": payload},
     )
     return {
-        "empty": (good.slice(0, 0), "no rows"),
+        "empty": (good.slice(0, 0), "field 'rows'"),
         "missing column": (good.drop_columns(["reward"]), "missing column 'reward'"),
         "wrong type": (
             good.set_column(good.schema.get_field_index("reward"), "reward", good.column("reward").cast(pa.float64())),
