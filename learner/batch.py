@@ -7,8 +7,10 @@ Tensors are aligned to label positions: position j of a row predicts
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Sequence
+from typing import Dict, Iterable, List, Sequence, Tuple
 
 import torch
 
@@ -16,6 +18,63 @@ from areal_mem.config.learner import LossAgg
 from areal_mem.trajectory import Context, Group, Trajectory
 
 from .advantages import group_advantages, token_advantages
+
+log = logging.getLogger(__name__)
+# The buffer's value limits (areal_mem/buffer/schema.py), restated: the learner holds every
+# group it trains to them whatever served it (an older buffer, a file, a bug).
+LOGP_TOLERANCE = float(torch.tensor(1e-3, dtype=torch.float32))  # rows hold float32
+MIN_LOGP = -1000.0
+MAX_ABS_REWARD = 1e6
+
+
+class BadGroupError(ValueError):
+    """A group the learner cannot train on; the message names the group, trajectory, turn and field."""
+
+
+def check_group(group: Group, vocab_size: int = 0) -> None:
+    """Refuse (BadGroupError) a group whose values would crash a step or make its loss NaN."""
+    if not group.trajectories:
+        raise BadGroupError(f"group {group.group_id!r}: no trajectories")
+    for t in group.trajectories:
+        where = f"group {group.group_id!r}, trajectory {t.traj_id!r}"
+        if not isinstance(t.reward, (int, float)) or not math.isfinite(t.reward) or abs(t.reward) > MAX_ABS_REWARD:
+            raise BadGroupError(f"{where}: field 'reward' is {t.reward!r}, not finite within +-{MAX_ABS_REWARD:g}")
+        if not t.contexts:
+            raise BadGroupError(f"{where}: no contexts")
+        for turn, c in enumerate(t.contexts):
+            at = f"{where}, turn {turn}"
+            n = len(c.input_ids) - c.prompt_len
+            if c.prompt_len < 1 or n < 1:
+                raise BadGroupError(f"{at}: field 'prompt_len' {c.prompt_len} leaves no prompt or no response token")
+            if not len(c.loss_mask) == len(c.behav_logp) == len(c.versions) == n:
+                raise BadGroupError(f"{at}: per-token fields do not have {n} entries")
+            bad_id = next((x for x in c.input_ids if x < 0 or (vocab_size and x >= vocab_size)), None)
+            if bad_id is not None:
+                raise BadGroupError(f"{at}: field 'input_ids' holds {bad_id}, outside 0..{vocab_size - 1 or 'inf'}")
+            if any(m not in (0, 1) for m in c.loss_mask):
+                raise BadGroupError(f"{at}: field 'loss_mask' holds values other than 0 and 1")
+            bad_lp = next((x for x in c.behav_logp if not (MIN_LOGP <= x <= LOGP_TOLERANCE)), None)
+            if bad_lp is not None:  # NaN fails both comparisons
+                raise BadGroupError(
+                    f"{at}: field 'behav_logp' holds {bad_lp}, not in [{MIN_LOGP:g}, {LOGP_TOLERANCE:g}]"
+                )
+            if any(v < -1 for v in c.versions):
+                raise BadGroupError(f"{at}: field 'versions' holds a value below -1")
+
+
+def quarantine(groups: Iterable[Group], vocab_size: int = 0) -> Tuple[List[Group], List[Tuple[str, str]]]:
+    """(the groups that pass `check_group`, (group id, reason) of each that does not). A refused
+    group is left out of the step and acked with its batch: never trained, never served again."""
+    good, bad = [], []
+    for g in groups:
+        try:
+            check_group(g, vocab_size)
+        except BadGroupError as e:
+            log.warning("quarantined %s", e)
+            bad.append((g.group_id, str(e)))
+        else:
+            good.append(g)
+    return good, bad
 
 
 @dataclass

@@ -20,7 +20,7 @@ from areal_mem.config.eval import EvalPlacement
 from areal_mem.config.learner import ResumeMode
 
 from . import distributed as D
-from .batch import broadcast_rows, rows_from_groups
+from .batch import broadcast_rows, quarantine, rows_from_groups
 from .checkpoint import CheckpointManager, TrainState
 from .metrics import MetricsLogger, batch_stats, staleness
 
@@ -109,19 +109,33 @@ class Trainer:
         return self.state
 
     def _next_batch(self):
-        """Rank 0: (groups, batch_id, dropped_stale, wait seconds); other ranks: Nones."""
+        """Rank 0: (groups, batch_id, dropped_stale, wait seconds, quarantined); other ranks: Nones.
+
+        A group the learner cannot train (`batch.check_group`) is quarantined: left out, logged by
+        name and counted, and acked with its batch so that it is never served again; a batch with
+        no trainable group is acked at once and the next one taken."""
         if not self.leader:
-            return None, None, 0, 0.0
+            return None, None, 0, 0.0, 0
         t0 = time.monotonic()
-        batch = self.buffer.get_batch(self.batch_groups, timeout_s=self.lcfg.batch_timeout_s)
+        dropped = quarantined = 0
+        while True:
+            batch = self.buffer.get_batch(self.batch_groups, timeout_s=self.lcfg.batch_timeout_s)
+            dropped += batch.dropped_stale
+            groups, bad = quarantine(batch.groups, _vocab_size(self.engine))
+            for gid, reason in bad:
+                print(f"[learner] quarantined group {gid!r}: {reason}", flush=True)
+            quarantined += len(bad)
+            if groups:
+                break
+            self.buffer.ack(batch.batch_id)
         # By group id, not by arrival: which episode finished first must not change the step
         # (packing order decides the float sums), so equal batches train to equal weights.
-        groups = sorted(batch.groups, key=lambda g: g.group_id)
-        return groups, batch.batch_id, batch.dropped_stale, time.monotonic() - t0
+        groups = sorted(groups, key=lambda g: g.group_id)
+        return groups, batch.batch_id, dropped, time.monotonic() - t0, quarantined
 
     def step(self) -> Dict[str, float]:
         t0 = time.monotonic()
-        groups, batch_id, dropped, wait_s = self._next_batch()
+        groups, batch_id, dropped, wait_s, quarantined = self._next_batch()
         rows = broadcast_rows(
             rows_from_groups(groups, self.lcfg.adv_norm_std, self.lcfg.skip_zero_adv_groups, self.lcfg.loss_agg)
             if self.leader
@@ -131,7 +145,7 @@ class Trainer:
         m = self.engine.train_step(rows, self.state.version)
         if self.leader:
             m.update(batch_stats(groups, self.state.version, self.lcfg.adv_norm_std))
-            m["dropped_stale"], m["wait_s"] = float(dropped), wait_s
+            m["dropped_stale"], m["wait_s"], m["quarantined"] = float(dropped), wait_s, float(quarantined)
             self.buffer.ack(batch_id)
             self.state.groups_consumed += len(groups)
         self.state.step += 1
@@ -182,3 +196,11 @@ class Trainer:
         if self.lcfg.export_hf and not self.stop_requested:
             self.engine.export_hf(os.path.join(self.cfg.run_dir, "final"))
         return self.state
+
+
+def _vocab_size(engine) -> int:
+    """The policy's embedding rows (every token id indexes one); 0 when the engine does not say."""
+    try:
+        return int(engine.engine.module.config.vocab_size)
+    except (AttributeError, TypeError, ValueError):
+        return 0
