@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -25,9 +26,11 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from areal_mem.app.bench.synthetic import random_group
-from areal_mem.buffer import group_to_table
-from areal_mem.buffer.launch import BufferProcess
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout: `benchmarks`
+
+from areal_mem.buffer import group_to_table  # noqa: E402
+from areal_mem.buffer.launch import BufferProcess  # noqa: E402
+from benchmarks.harness.synthetic import random_group  # noqa: E402
 
 
 def timed(fn: Callable[[], None]) -> float:

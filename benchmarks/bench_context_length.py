@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_context_length.py [--questions 20] [--turns 10] [--out DIR]
 
 Both workflows run side by side in one process on the same questions (the policy and the
-measurement live in `areal_mem/app/bench/memory.py`, shared with `areal-mem bench memory`), against the
+measurement live in `benchmarks/harness/memory.py`, shared with `python -m benchmarks memory`), against the
 real retrieval service (BM25 over a freshly built synthetic world) and with the
 tiny model's tokenizer. The policy searches a corpus title every turn for
 `--turns` turns, keeps the last two facts found as its memory, then answers.
@@ -25,7 +25,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from areal_mem.app.bench.memory import plot_turns, run_workflows, turn_table  # noqa: E402
+from benchmarks.harness.memory import plot_turns, run_workflows, turn_table  # noqa: E402
 
 FLAT_MAX = 1.2  # MemSearcher's context may vary this much over the search turns and still count as flat
 

@@ -29,11 +29,12 @@ from typing import Dict, List
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout: `benchmarks`
 from bench_generator import server_throughput  # noqa: E402
 from bench_learner import memsearcher_rows  # noqa: E402
 
-from areal_mem.app.bench.tiny import GPU_RECIPE_ON_CPU, TINY_RECIPE  # noqa: E402
 from areal_mem.process import cli_command  # noqa: E402
+from benchmarks.harness.tiny import GPU_RECIPE_ON_CPU, TINY_RECIPE  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QWEN_VOCAB = 151936

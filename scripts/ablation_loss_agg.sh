@@ -15,7 +15,7 @@ PY=.venv/bin/python
 # steps, the tokenizer without the workflow's text as whole words, vocabulary 2048, the world of 4000 passages
 AS_RAN=(learner.sft.epochs=10 learner.sft.batch_tokens=0 learner.sft.batch_rows=8 model.init.workflow_text_repeats=0
         model.init.vocab_size=2048 world.passages=4000 world.questions=5000)
-$PY -c "from areal_mem.app.bench.arms import prepare_start; prepare_start('configs/debug_cpu.yaml', ['learner.sft.threads=1', *'${AS_RAN[*]}'.split()], '$OUT/start', sft=True)"
+$PY -c "from benchmarks.harness.arms import prepare_start; prepare_start('configs/debug_cpu.yaml', ['learner.sft.threads=1', *'${AS_RAN[*]}'.split()], '$OUT/start', sft=True)"
 START=(world.dir="$OUT/start/world" world.build=false retriever.index_dir="$OUT/start/index" model.path="$OUT/start/sft/model"
        learner.sft.warm_start=false)
 # the dev and train curves beside training (docs/eval_beside_training.md): where each run diverges
@@ -35,7 +35,7 @@ for seed in $SEEDS; do
 done
 $PY - "$OUT" <<'EOF'
 import json, os, sys
-from areal_mem.app.bench.paired import fixed_broken, read_results
+from benchmarks.harness.paired import fixed_broken, read_results
 out = sys.argv[1]
 rows = []
 for name in sorted(os.listdir(out)):

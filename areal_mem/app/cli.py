@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 from typing import List, Optional
 
@@ -29,8 +30,9 @@ COMMANDS = {
     "rollout": "areal_mem.app.commands.rollout",
     "train": "areal_mem.app.train",
     "sft": "areal_mem.learner.sft_command",
-    "bench": "areal_mem.app.bench.command",
 }
+# commands that left the installed package, and where they went (told, exit 2)
+MOVED = {"bench": "the system benchmarks moved out of the installed package: from a checkout run `python -m benchmarks"}
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
@@ -72,6 +74,9 @@ def pin_cpus() -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in MOVED:
+        print(f"areal-mem {argv[0]}: {MOVED[argv[0]]} {shlex.join(argv[1:]) or '<name> ...'}`", file=sys.stderr)
+        return 2
     only = argv[0] if argv and argv[0] in COMMANDS else None
     args = build_parser(only).parse_args(argv)
     try:

@@ -1,1 +1,2 @@
-"""`areal-mem bench`: system benchmarks (async vs sync, memory vs ReAct, staleness, scale) and the report."""
+"""The system benchmarks (`python -m benchmarks <name>`): async vs sync, memory vs ReAct, staleness,
+scale, soak, evaluation beside training, seeds, the paper's comparison, and the report."""

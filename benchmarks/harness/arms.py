@@ -24,10 +24,11 @@ from typing import Dict, List, Optional, Sequence
 from areal_mem.config import ConfigError
 from areal_mem.process import cli_command
 
-# the checkout's recipe (configs/ is not packaged): areal_mem/app/bench/arms.py -> the repository root
-DEFAULT_CONFIG = os.path.normpath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 3, "configs", "debug_cpu.yaml")
-)
+from .output import PROG
+
+# the checkout's recipe (configs/ is not packaged): benchmarks/harness/arms.py -> the repository root
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+DEFAULT_CONFIG = os.path.join(REPO, "configs", "debug_cpu.yaml")
 
 
 @dataclass
@@ -67,9 +68,8 @@ def prepare_start(
             if not os.path.exists(os.path.join(path, marker)):
                 raise ConfigError(f"--start-from {start_from}: {os.path.join(path, marker)} is missing")
         return start
+    from areal_mem.app.train import TrainPipeline
     from areal_mem.config import load_run
-
-    from ..train import TrainPipeline
 
     cfg = load_run([config], [*overrides, f"run_dir={out_dir}", f"learner.sft.warm_start={sft}"])
     pipeline = TrainPipeline(cfg, evaluate=False)
@@ -141,7 +141,7 @@ def run_arm(
         try:
             while proc.poll() is None:
                 if time.monotonic() - t0 > timeout_s:
-                    raise SystemExit(f"areal-mem bench: arm {name} ran past {timeout_s:.0f}s; {log_path}")
+                    raise SystemExit(f"{PROG}: arm {name} ran past {timeout_s:.0f}s; {log_path}")
                 now = _size(metrics_path)
                 if now != size:  # the learner wrote a line: read the file again
                     size, arm.steps = now, _train_rows(metrics_path)
@@ -163,7 +163,7 @@ def run_arm(
     if proc.returncode != 0:
         with open(log_path, "rb") as f:
             tail = f.read()[-3000:].decode(errors="replace")
-        raise SystemExit(f"areal-mem bench: arm {name} failed (exit {proc.returncode}); {log_path}:\n{tail}")
+        raise SystemExit(f"{PROG}: arm {name} failed (exit {proc.returncode}); {log_path}:\n{tail}")
     with open(record, "w", encoding="utf-8") as f:
         json.dump({**asdict(arm), "summary": arm.summary()}, f, indent=1)
     return arm
@@ -393,7 +393,7 @@ def arm_overrides(args, eta: int, decoupled: bool = True) -> List[str]:
         f"learner.loss.decoupled={str(decoupled).lower()}",
         f"learner.steps={args.steps}",
         "learner.checkpoint_interval=1000000",
-        "eval.interval=0",  # no evaluation beside training unless an arm measures it (`bench eval`)
+        "eval.interval=0",  # no evaluation beside training unless an arm measures it (the `eval` bench)
     ]
 
 

@@ -1,4 +1,4 @@
-"""`areal-mem bench async`: the debug recipe synchronous (eta 0) against asynchronous (eta 2, 4).
+"""`python -m benchmarks async`: the debug recipe synchronous (eta 0) against asynchronous (eta 2, 4).
 
 Same start, same steps, generator and learner pinned to separate cores where the machine has
 two. Throughput is measured over the steady-state window of each arm (`arms.summarize`); the
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from typing import Dict, List
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional
 
 from areal_mem.config import ConfigError
 
@@ -19,9 +20,64 @@ from .arms import add_arm_arguments, arm_overrides, parse_ints, run_arm, start_o
 from .output import command_line, markdown_table, new_figure, save_figure, write_json
 
 HELP = "async vs sync: the debug recipe at max_staleness 0, 2, 4; throughput, idle time, bound"
-TARGET_SPEEDUP, TARGET_IDLE = 1.5, 0.10
-# issue #19's targets for eta 2, judged on every repeat: a median can hide one slow repeat
-TARGET_BOUND_SHARE, TARGET_REPREFILL = 0.90, 0.05
+NEEDS = ("matplotlib",)
+
+
+@dataclass(frozen=True)
+class AsyncTargets:
+    """What the asynchronous row (`eta`) is judged against, when the baseline is synchronous
+    (eta 0); the `--target-*` options, these their defaults. The last three are judged on every
+    repeat: a median can hide one slow repeat."""
+
+    eta: int = 2
+    speedup: float = 1.5  # median groups/s over the synchronous arm's, at least
+    idle: float = 0.10  # the generator's idle share of wall time, below
+    bound_share: float = 0.90  # of the repeat's machine bound, at least
+    reprefill: float = 0.05  # prefill tokens prefilled again (aborted or retracted requests), below
+
+
+@dataclass
+class Target:
+    """One target, judged on every repeat (one run: one repeat); a repeat that did not measure
+    the figure (None) fails it: nothing unmeasured is called met."""
+
+    target: str
+    per_repeat: List[Optional[float]]
+    met: bool
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    d = AsyncTargets()
+    parser.add_argument(
+        "--target-eta", type=int, default=d.eta, help="the staleness bound the targets judge (default %(default)s)"
+    )
+    parser.add_argument(
+        "--target-speedup",
+        type=float,
+        default=d.speedup,
+        help="its throughput over eta 0's, at least (median) (default %(default)s)",
+    )
+    parser.add_argument(
+        "--target-idle", type=float, default=d.idle, help="its generator idle share, below (default %(default)s)"
+    )
+    parser.add_argument(
+        "--target-bound-share",
+        type=float,
+        default=d.bound_share,
+        help="its share of the machine bound, at least (default %(default)s)",
+    )
+    parser.add_argument(
+        "--target-reprefill",
+        type=float,
+        default=d.reprefill,
+        help="its re-prefilled share of prefill tokens, below (default %(default)s)",
+    )
+
+
+def targets_of(args: argparse.Namespace) -> AsyncTargets:
+    return AsyncTargets(
+        args.target_eta, args.target_speedup, args.target_idle, args.target_bound_share, args.target_reprefill
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,14 +87,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeats", type=int, default=1, help="run the arms this many times, interleaved; figures are medians"
     )
     parser.add_argument("--figures-dir", default="", help="also copy the plot here (docs/figures)")
+    add_target_arguments(parser)
 
 
-def analyze(*repeats: Dict[int, Dict[str, float]]) -> dict:
+def analyze(*repeats: Dict[int, Dict[str, float]], targets: AsyncTargets = AsyncTargets()) -> dict:
     """Speed-ups against the first arm and the machine bound from its per-step times.
 
     With several repeats (each `{eta: summary}`, run interleaved), every figure is the median
     over the repeats, and a speed-up is the median of each repeat's own ratio: arms that ran
-    side by side share the machine's drift.
+    side by side share the machine's drift. `targets` judge the row of `targets.eta`.
     """
     etas = list(repeats[0])
     rows = []
@@ -65,41 +122,42 @@ def analyze(*repeats: Dict[int, Dict[str, float]]) -> dict:
     base = rows[0]
     t_gen, t_train = base.get("t_gen_s"), base["t_train_s"]
     out = {"baseline_eta": etas[0], "repeats": len(repeats), "rows": rows, "t_gen_s": t_gen, "t_train_s": t_train}
+    out["thresholds"] = asdict(targets)
     if t_gen is not None:
         out["bound"] = _bound(base)
         # When training is the slower side, the staleness bound stops rollouts for the rest of
         # each step: the generator idles at least this share however large eta is.
         out["idle_floor"] = max(0.0, 1.0 - t_gen / t_train)
-    two = next((r for r in rows if r["eta"] == 2), None)
-    if two is not None and etas[0] == 0:
-        out["target_met"] = bool(two["speedup"] >= TARGET_SPEEDUP and two.get("gen_idle_frac", 1.0) < TARGET_IDLE)
+    judged = next((r for r in rows if r["eta"] == targets.eta), None)
+    if judged is not None and etas[0] == 0:
+        out["target_met"] = bool(
+            judged["speedup"] >= targets.speedup and judged.get("gen_idle_frac", 1.0) < targets.idle
+        )
         if "bound" in out:
-            out["targets"] = repeat_targets(two, out["bound"])
+            out["targets"] = [asdict(t) for t in repeat_targets(judged, out["bound"], targets)]
     return out
 
 
-def repeat_targets(two: dict, bound: float) -> List[dict]:
-    """Issue #19's targets for the eta-2 row, each judged on every repeat (one run: one repeat).
+def repeat_targets(row: dict, bound: float, targets: AsyncTargets = AsyncTargets()) -> List[Target]:
+    """The targets of the row of `targets.eta`, each judged on every repeat (one run: one repeat).
 
-    A target whose figure an arm did not measure (a generator without engine stats) is not met:
-    nothing unmeasured is called met."""
-    shares = two.get("bound_fracs") or [two["speedup"] / bound]
-    idle = two.get("gen_idle_fracs") or [two.get("gen_idle_frac")]
-    again = two.get("gen_reprefill_fracs") or [two.get("gen_reprefill_frac")]
+    A target whose figure an arm did not measure (a generator without engine stats) is not met."""
+    t = targets
+    shares = row.get("bound_fracs") or [row["speedup"] / bound]
+    idle = row.get("gen_idle_fracs") or [row.get("gen_idle_frac")]
+    again = row.get("gen_reprefill_fracs") or [row.get("gen_reprefill_frac")]
 
-    def target(text: str, values: list, ok) -> dict:
-        return {"target": text, "per_repeat": values, "met": None not in values and all(map(ok, values))}
+    def target(text: str, values: list, ok) -> Target:
+        return Target(text, values, None not in values and all(map(ok, values)))
 
     return [
         target(
-            f"eta 2 at >= {TARGET_BOUND_SHARE:.0%} of its repeat's machine bound",
+            f"eta {t.eta} at >= {t.bound_share:.0%} of its repeat's machine bound",
             shares,
-            lambda v: v >= TARGET_BOUND_SHARE,
+            lambda v: v >= t.bound_share,
         ),
-        target(f"generator idle < {TARGET_IDLE:.0%} at eta 2", idle, lambda v: v < TARGET_IDLE),
-        target(
-            f"re-prefill < {TARGET_REPREFILL:.0%} of prefill tokens at eta 2", again, lambda v: v < TARGET_REPREFILL
-        ),
+        target(f"generator idle < {t.idle:.0%} at eta {t.eta}", idle, lambda v: v < t.idle),
+        target(f"re-prefill < {t.reprefill:.0%} of prefill tokens at eta {t.eta}", again, lambda v: v < t.reprefill),
     ]
 
 
@@ -137,6 +195,7 @@ def plot(result: dict, run_dir: str, figures_dir: str = "") -> list:
 
 
 def render(result: dict) -> str:
+    t = AsyncTargets(**result.get("thresholds", {}))  # a result written before they were options: the defaults
     pct = lambda v: "-" if v is None else f"{100 * v:.0f}%"  # noqa: E731
     table = markdown_table(
         [
@@ -266,19 +325,19 @@ def render(result: dict) -> str:
         ]
     if "target_met" in result:
         lines.append(
-            f"target (eta 2 >= {TARGET_SPEEDUP}x synchronous, generator idle < "
-            f"{100 * TARGET_IDLE:.0f}%): {'MET' if result['target_met'] else 'NOT met'}"
+            f"target (eta {t.eta} >= {t.speedup:g}x synchronous, generator idle < "
+            f"{100 * t.idle:.0f}%): {'MET' if result['target_met'] else 'NOT met'}"
         )
     if result.get("targets"):
         lines += [
             "",
-            "targets of issue #19, each judged on every repeat:",
+            "targets (the --target-* options), each judged on every repeat:",
             "",
             markdown_table(
                 ["target", "per repeat", "met"],
                 [
-                    [t["target"], ", ".join(pct(v) for v in t["per_repeat"]), "MET" if t["met"] else "NOT met"]
-                    for t in result["targets"]
+                    [x["target"], ", ".join(pct(v) for v in x["per_repeat"]), "MET" if x["met"] else "NOT met"]
+                    for x in result["targets"]
                 ],
             ),
         ]
@@ -294,7 +353,7 @@ def run(args: argparse.Namespace) -> int:
     start = start_of(args)
     repeats = []
     for rep in range(args.repeats):
-        suffix = f"-r{rep + 1}" if rep else ""  # the first repeat's arms are shared with `bench staleness`
+        suffix = f"-r{rep + 1}" if rep else ""  # the first repeat's arms are shared with the `staleness` bench
         repeats.append(
             {
                 eta: run_arm(
@@ -308,7 +367,7 @@ def run(args: argparse.Namespace) -> int:
                 for eta in etas
             }
         )
-    result = analyze(*repeats)
+    result = analyze(*repeats, targets=targets_of(args))
     result["command"] = command_line()
     result["steps"] = args.steps
     result["plots"] = plot(result, args.run_dir, args.figures_dir)

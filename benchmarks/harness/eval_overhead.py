@@ -1,4 +1,4 @@
-"""`areal-mem bench eval`: training throughput with the evaluation beside training off and on.
+"""`python -m benchmarks eval`: training throughput with the evaluation beside training off and on.
 
 The same start and steps, arms interleaved per repeat: `off` (`eval.interval=0`), `own` (the
 evaluator's own generator, pinned versions) and `shared` (the training generators at a lower
@@ -19,7 +19,7 @@ from typing import Dict, List
 from areal_mem import policy_snapshots
 
 from .arms import add_arm_arguments, arm_overrides, run_arm, start_of
-from .output import command_line, markdown_table, write_json
+from .output import PROG, command_line, markdown_table, write_json
 
 HELP = "evaluation beside training: throughput with eval.interval off, own generator, shared generators"
 PLACEMENTS = ("own", "shared")
@@ -38,7 +38,7 @@ def arm_settings(args) -> Dict[str, List[str]]:
     arms = {"off": ["eval.interval=0"]}
     for placement in [p.strip() for p in args.placements.split(",") if p.strip()]:
         if placement not in PLACEMENTS:
-            raise SystemExit(f"areal-mem bench eval: --placements: unknown {placement!r}; one of {PLACEMENTS}")
+            raise SystemExit(f"{PROG} eval: --placements: unknown {placement!r}; one of {PLACEMENTS}")
         arms[placement] = [
             f"eval.interval={args.interval}",
             f"eval.placement={placement}",

@@ -1,4 +1,4 @@
-"""`areal-mem bench memory`: MemSearcher against ReAct on the same questions with the same policy.
+"""`python -m benchmarks memory`: MemSearcher against ReAct on the same questions with the same policy.
 
 The policy is scripted (`AlwaysSearchPolicy`): it searches a corpus title every turn for
 `--turns` turns, keeps the last two facts found as its memory, then answers, so both workflows
@@ -20,15 +20,38 @@ import os
 import random
 import re
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
 from areal_mem.config.rollout import RolloutConfig
 from areal_mem.generation import GenerationResult, SamplingParams
 
-from .output import command_line, markdown_table, new_figure, save_figure, write_json
+from .output import PROG, command_line, markdown_table, new_figure, save_figure, write_json
 
 HELP = "memory vs ReAct: tokens per context by turn, peak context, learner time and memory per trajectory"
+NEEDS = ("matplotlib",)
 FACTS_KEPT = 2
+
+
+@dataclass
+class LearnerMeasure:
+    """What the learner process measured for one workflow's trajectories."""
+
+    seconds: List[float]  # per trajectory step
+    peak_mb: float  # peak resident memory above the warmed-up process
+    base_mb: float  # the warmed-up process's
+
+
+@dataclass
+class WorkflowCost:
+    """Per trajectory of one workflow (means over the questions, peak the largest)."""
+
+    peak_context: int
+    row_tokens_per_traj: float  # tokens in the context rows: what the learner trains on
+    prefill_tokens_per_traj: float  # context tokens summed over turns: what the generator prefills
+    rows_per_traj: float
+    learner_s_per_traj: float
+    learner_peak_mb: float
 
 
 class AlwaysSearchPolicy:
@@ -175,10 +198,10 @@ def learner_cost(model: str, rows_path: str, micro_batch_tokens: int, out_path: 
         seconds.append(time.perf_counter() - t0)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with open(out_path, "w", encoding="utf-8") as f:
-        json.dump({"seconds": seconds, "peak_mb": (peak_kb - base_kb) / 1024, "base_mb": base_kb / 1024}, f)
+        json.dump(asdict(LearnerMeasure(seconds, (peak_kb - base_kb) / 1024, base_kb / 1024)), f)
 
 
-def measure_learner(model: str, trajs, work: str, name: str, micro_batch_tokens: int) -> dict:
+def measure_learner(model: str, trajs, work: str, name: str, micro_batch_tokens: int) -> LearnerMeasure:
     import multiprocessing as mp
 
     rows_path, out_path = os.path.join(work, f"{name}_rows.json"), os.path.join(work, f"{name}_learner.json")
@@ -188,25 +211,25 @@ def measure_learner(model: str, trajs, work: str, name: str, micro_batch_tokens:
     proc.start()
     proc.join()
     if proc.exitcode != 0:
-        raise SystemExit(f"areal-mem bench memory: the learner measurement of {name} failed (exit {proc.exitcode})")
+        raise SystemExit(f"{PROG} memory: the learner measurement of {name} failed (exit {proc.exitcode})")
     with open(out_path, encoding="utf-8") as f:
-        return json.load(f)
+        return LearnerMeasure(**json.load(f))
 
 
-def per_workflow(trajs, learner: dict) -> dict:
+def per_workflow(trajs, learner: LearnerMeasure) -> WorkflowCost:
     from areal_mem.rollout.workflows.base import turn_lengths
 
     lengths = [turn_lengths(t.info) for t in trajs]
     row_tokens = [sum(len(c.input_ids) for c in t.contexts) for t in trajs]
-    secs = learner["seconds"]
-    return {
-        "peak_context": max(max(x) for x in lengths),
-        "row_tokens_per_traj": sum(row_tokens) / len(row_tokens),
-        "prefill_tokens_per_traj": sum(sum(x) for x in lengths) / len(lengths),
-        "rows_per_traj": sum(len(t.contexts) for t in trajs) / len(trajs),
-        "learner_s_per_traj": sum(secs) / len(secs),
-        "learner_peak_mb": learner["peak_mb"],
-    }
+    secs = learner.seconds
+    return WorkflowCost(
+        peak_context=max(max(x) for x in lengths),
+        row_tokens_per_traj=sum(row_tokens) / len(row_tokens),
+        prefill_tokens_per_traj=sum(sum(x) for x in lengths) / len(lengths),
+        rows_per_traj=sum(len(t.contexts) for t in trajs) / len(trajs),
+        learner_s_per_traj=sum(secs) / len(secs),
+        learner_peak_mb=learner.peak_mb,
+    )
 
 
 def render(result: dict) -> str:
@@ -266,7 +289,7 @@ def measure(args, start) -> dict:
 
     rows = turn_table({name: [turn_lengths(t.info) for t in ts] for name, ts in trajs.items()})
     workflows = {
-        name: per_workflow(ts, measure_learner(start.model, ts, work, name, cfg.learner.micro_batch_tokens))
+        name: asdict(per_workflow(ts, measure_learner(start.model, ts, work, name, cfg.learner.micro_batch_tokens)))
         for name, ts in trajs.items()
     }
     return {

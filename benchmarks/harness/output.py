@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
 import shutil
 import sys
-from typing import List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence
 
-from areal_mem.config import ConfigError
+PROG = "python -m benchmarks"
+# the pip extra of areal-mem that brings each optional module a benchmark may need
+EXTRAS = {"matplotlib": "bench", "faiss": "cpu"}
+_COMMAND: List[str] = []  # the argv `python -m benchmarks` parsed (`record_command`)
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
@@ -23,9 +27,41 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
     return "\n".join(lines)
 
 
+def record_command(argv: Sequence[str]) -> None:
+    """Keep the arguments the benchmark runs with, for `command_line`."""
+    _COMMAND[:] = list(argv)
+
+
 def command_line() -> str:
     """The command that produced a result, as typed (for the report and the README)."""
-    return "areal-mem " + shlex.join(sys.argv[1:])
+    return f"{PROG} " + shlex.join(_COMMAND or sys.argv[1:])
+
+
+def missing_modules(modules: Iterable[str]) -> List[str]:
+    """The modules of `modules` that cannot be imported here."""
+    out = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(name)
+    return out
+
+
+def require(modules: Iterable[str], who: str) -> None:
+    """Exit 2 with one line naming the pip extra(s) to install if any of `modules` is missing;
+    called before a benchmark starts anything, so that it does not fail after its arms ran."""
+    missing = missing_modules(modules)
+    if not missing:
+        return
+    extras = ",".join(dict.fromkeys(EXTRAS.get(m, m) for m in missing))
+    print(
+        f"{who}: needs {', '.join(missing)}, which the core install leaves out: pip install -e '.[{extras}]'",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
 
 
 def write_json(run_dir: str, name: str, data: dict) -> str:
@@ -54,13 +90,11 @@ def read_json(run_dir: str, name: str) -> Optional[dict]:
 
 
 def _pyplot():
-    """matplotlib.pyplot on the file backend; the core install leaves matplotlib out (extra `bench`)."""
-    try:
-        import matplotlib
-    except ModuleNotFoundError:
-        raise ConfigError(
-            "the benchmark plots need matplotlib, which the core install leaves out: pip install -e '.[bench]'"
-        ) from None
+    """matplotlib.pyplot on the file backend; the core install leaves matplotlib out (extra `bench`):
+    a benchmark that plots lists it in its `NEEDS`, checked before it starts."""
+    require(["matplotlib"], f"{PROG}: the plots")
+    import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -1,4 +1,4 @@
-"""`areal-mem bench paper`: MemSearcher against ReAct, trained alike, on multi-hop questions.
+"""`python -m benchmarks paper`: MemSearcher against ReAct, trained alike, on multi-hop questions.
 
 The paper's comparison in miniature. For each seed and each workflow (an arm) the whole recipe
 (`areal-mem train`: world, tiny model, index, the workflow's own oracle demonstrations, SFT,
@@ -25,19 +25,20 @@ import json
 import os
 import re
 import statistics
+from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
 import yaml
 
-from areal_mem.config import ConfigError
 from areal_mem.jsonl import iter_jsonl
 
 from .arms import DEFAULT_CONFIG, parse_ints
-from .output import command_line, markdown_table, new_figure, save_figure, write_report
+from .output import PROG, command_line, markdown_table, new_figure, save_figure, write_report
 from .paired import fixed_broken, pooled, read_typed, sign_test_p
 from .seeds import finished, finished_seeds, read_summary, train_run
 
 HELP = "MemSearcher vs ReAct trained alike on multi-hop questions: EM by type, cost, sign tests (per seed)"
+NEEDS = ("matplotlib",)
 PAPER_CONFIG = os.path.join(os.path.dirname(DEFAULT_CONFIG), "paper_cpu.yaml")
 ARMS = ("memsearcher", "react")
 MULTI_HOP = "bridge"  # the question type the targets are about
@@ -46,6 +47,22 @@ MULTI_HOP = "bridge"  # the question type the targets are about
 # 2.68M), so ReAct's 6 epochs are about MemSearcher's 3 in tokens (16M against 17M) and, with
 # batches of a token budget, in steps
 ARM_SETS = ("react:learner.sft.epochs=6",)
+
+
+@dataclass(frozen=True)
+class PaperTargets:
+    """What the report judges (the `--target-*` options, these their defaults), on the
+    `MULTI_HOP` questions of every seed."""
+
+    rl_gain: float = 2.0  # MemSearcher's EM after RL over after SFT, at least (and above it)
+    prefill_ratio: float = 0.5  # MemSearcher's prefill tokens over ReAct's after RL, at most (at ReAct's EM or above)
+
+
+@dataclass
+class Target:
+    target: str
+    met: bool
+    numbers: str  # what it was decided on
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +96,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"override for one arm only, repeatable; any given replace the default {' '.join(ARM_SETS)} "
         "(equal SFT steps: ReAct has a third of MemSearcher's rows per question)",
     )
+    d = PaperTargets()
+    parser.add_argument(
+        "--target-rl-gain",
+        type=float,
+        default=d.rl_gain,
+        help=f"MemSearcher's {MULTI_HOP} EM after RL over after SFT, at least, on every seed (default %(default)s)",
+    )
+    parser.add_argument(
+        "--target-prefill-ratio",
+        type=float,
+        default=d.prefill_ratio,
+        help=f"MemSearcher's prefill tokens per {MULTI_HOP} question over ReAct's after RL, at most (default %(default)s)",
+    )
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override for every run")
 
 
@@ -99,21 +129,21 @@ def arm_overrides(arms: List[str], common: List[str], arm_sets: List[str]) -> Di
         key = re.sub(r"\[([^\]]*)\]", r".\1", item.partition("=")[0]).strip().lstrip("+~")
         if key in BENCH_KEYS:
             raise SystemExit(
-                f"areal-mem bench paper: override {item!r}: {key} is the bench's to set per arm and run "
+                f"{PROG} paper: override {item!r}: {key} is the bench's to set per arm and run "
                 "(--arms, --seeds, --run-dir)"
             )
         if key in RUN_OUTPUTS:
             raise SystemExit(
-                f"areal-mem bench paper: override {item!r}: {key} is each run's own output (under "
+                f"{PROG} paper: override {item!r}: {key} is each run's own output (under "
                 "--run-dir/<arm>/s<seed>); one path for several runs would have them read each other's"
             )
     out = {arm: [f"rollout.workflow={arm}", f"eval.method={arm}", *common] for arm in arms}
     for item in arm_sets:
         arm, sep, override = item.partition(":")
         if not sep or "=" not in override:
-            raise SystemExit(f"areal-mem bench paper: --arm-set {item!r} must be ARM:key.sub=value")
+            raise SystemExit(f"{PROG} paper: --arm-set {item!r} must be ARM:key.sub=value")
         if arm not in out:
-            raise SystemExit(f"areal-mem bench paper: --arm-set {item!r} names arm {arm!r}; --arms are {arms}")
+            raise SystemExit(f"{PROG} paper: --arm-set {item!r} names arm {arm!r}; --arms are {arms}")
         out[arm].append(override)
     return out
 
@@ -259,9 +289,9 @@ def load_records(folder: str) -> Dict[str, Dict[int, dict]]:
                 rec = json.load(f)
             arm, seed = rec["arm"], int(rec["seed"])
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise SystemExit(f"areal-mem bench paper: {path} is not a run record: {e!r}") from e
+            raise SystemExit(f"{PROG} paper: {path} is not a run record: {e!r}") from e
         if name != os.path.basename(record_path(folder, arm, seed)):
-            raise SystemExit(f"areal-mem bench paper: {path} holds {arm} seed {seed}; its name says otherwise")
+            raise SystemExit(f"{PROG} paper: {path} holds {arm} seed {seed}; its name says otherwise")
         out.setdefault(arm, {})[seed] = rec
     return out
 
@@ -271,21 +301,28 @@ def _type(ev: dict, qtype: str, key: str, default=0.0):
     return ev["by_type"].get(qtype, {}).get(key, default)
 
 
-def targets(results: Dict[str, Dict[int, dict]], seeds: List[int]) -> List[dict]:
+def _times(x: float, two: str) -> str:
+    return two if x == 2 else f"multiplies by at least {x:g}"
+
+
+def targets(
+    results: Dict[str, Dict[int, dict]], seeds: List[int], thresholds: PaperTargets = PaperTargets()
+) -> List[dict]:
     """The recipe's targets, each met or not, with the numbers it was decided on. A seed missing
     from an arm fails a target that asks for every seed."""
-    out = []
+    gain, ratio_max = thresholds.rl_gain, thresholds.prefill_ratio
+    out: List[Target] = []
     ms, react = results.get("memsearcher", {}), results.get("react", {})
     seeds = [s for s in seeds if s in ms or s in react]  # another arm's seeds are not these targets' to ask for
     rows = [(s, _type(ms[s]["sft"], MULTI_HOP, "em"), _type(ms[s]["rl"], MULTI_HOP, "em")) for s in seeds if s in ms]
     if rows:
         out.append(
-            {
-                "target": f"MemSearcher: RL at least doubles the held-out {MULTI_HOP} EM of SFT on every seed "
+            Target(
+                f"MemSearcher: RL {_times(gain, 'at least doubles')} the held-out {MULTI_HOP} EM of SFT on every seed "
                 "(and raises it: 0% -> 0% fails)",
-                "met": len(rows) == len(seeds) and all(rl > sft and rl >= 2 * sft for _, sft, rl in rows),
-                "numbers": ", ".join(f"seed {s}: {sft:.1f}% -> {rl:.1f}%" for s, sft, rl in rows),
-            }
+                len(rows) == len(seeds) and all(rl > sft and rl >= gain * sft for _, sft, rl in rows),
+                ", ".join(f"seed {s}: {sft:.1f}% -> {rl:.1f}%" for s, sft, rl in rows),
+            )
         )
     both = [s for s in seeds if s in ms and s in react]
     if both:
@@ -302,18 +339,19 @@ def targets(results: Dict[str, Dict[int, dict]], seeds: List[int]) -> List[dict]
                 _type(r, MULTI_HOP, "mean_prefill_tokens", None),
             )
             ratio = m_pre / r_pre if m_pre is not None and r_pre else None
-            met = met and ratio is not None and m_em >= r_em and ratio <= 0.5
+            met = met and ratio is not None and m_em >= r_em and ratio <= ratio_max
             shown = f"{ratio:.2f}x ReAct's" if ratio is not None else "not recorded"
             parts.append(f"seed {s}: {MULTI_HOP} EM {m_em:.1f}% vs {r_em:.1f}%, prefill {shown}")
+        share = "half" if ratio_max == 0.5 else f"{ratio_max:g}x"
         out.append(
-            {
-                "target": f"after RL, MemSearcher's {MULTI_HOP} EM at least ReAct's at no more than half its prefill "
+            Target(
+                f"after RL, MemSearcher's {MULTI_HOP} EM at least ReAct's at no more than {share} its prefill "
                 f"tokens per {MULTI_HOP} question, on every seed",
-                "met": met,
-                "numbers": "; ".join(parts),
-            }
+                met,
+                "; ".join(parts),
+            )
         )
-    return out
+    return [asdict(t) for t in out]
 
 
 def versus(a: dict, b: dict) -> dict:
@@ -329,7 +367,9 @@ def versus(a: dict, b: dict) -> dict:
     return out
 
 
-def report(results: Dict[str, Dict[int, dict]], seeds: List[int], command: str) -> dict:
+def report(
+    results: Dict[str, Dict[int, dict]], seeds: List[int], command: str, thresholds: PaperTargets = PaperTargets()
+) -> dict:
     arms = {}
     for arm, by_seed in results.items():
         # the answers stay in the records: the report's JSON has what they were used for
@@ -346,7 +386,8 @@ def report(results: Dict[str, Dict[int, dict]], seeds: List[int], command: str) 
         "seeds": seeds,
         "arms": arms,
         "memsearcher_vs_react": head,
-        "targets": targets(results, seeds),
+        "thresholds": asdict(thresholds),
+        "targets": targets(results, seeds, thresholds),
     }
 
 
@@ -491,7 +532,7 @@ def run(args: argparse.Namespace) -> int:
     configs = args.config or [DEFAULT_CONFIG, PAPER_CONFIG]
     seeds, arms = parse_ints(args.seeds), [a for a in args.arms.split(",") if a]
     if not seeds or not arms:
-        raise SystemExit("areal-mem bench paper: --seeds and --arms must name at least one each")
+        raise SystemExit(f"{PROG} paper: --seeds and --arms must name at least one each")
     # the defaults apply to the arms that run; a given --arm-set for an arm not run is a mistake
     arm_sets = [x for x in ARM_SETS if x.partition(":")[0] in arms] if args.arm_set is None else args.arm_set
     per_arm = arm_overrides(arms, args.overrides, arm_sets)
@@ -527,19 +568,16 @@ def run(args: argparse.Namespace) -> int:
             if args.records:
                 save_record(args.records, rec)
     if not results:
-        raise SystemExit(f"areal-mem bench paper: no finished run under {args.run_dir}")
+        raise SystemExit(f"{PROG} paper: no finished run under {args.run_dir}")
     results = {arm: results[arm] for arm in dict.fromkeys([*ARMS, *sorted(results)]) if arm in results}
     all_seeds = sorted({s for by_seed in results.values() for s in by_seed})
-    rep = report(results, all_seeds, command_line())
+    rep = report(results, all_seeds, command_line(), PaperTargets(args.target_rl_gain, args.target_prefill_ratio))
     text = markdown(rep)
     print(text)
     write_report([args.run_dir, args.report_dir], args.name, rep, text)
     for out in filter(None, [args.run_dir, args.report_dir]):
-        try:
-            plot(rep, out, args.name)
-        except ConfigError as e:  # the numbers are written; a missing matplotlib only costs the figure
-            print(f"[bench paper] no plot: {e}")
+        plot(rep, out, args.name)  # matplotlib was checked before any run started (NEEDS)
     problems = [f"{', '.join(failed)} failed; the report has the finished runs"] if failed else []
     if problems or kept:
-        raise SystemExit("areal-mem bench paper: " + "; ".join(problems + kept))
+        raise SystemExit(f"{PROG} paper: " + "; ".join(problems + kept))
     return 0

@@ -1,4 +1,4 @@
-"""`areal-mem bench all`: async, memory, staleness and scale in one run, then `<run_dir>/report.md`
+"""`python -m benchmarks all`: async, memory, staleness and scale in one run, then `<run_dir>/report.md`
 with the PNG plots beside it and `<run_dir>/report.json` holding every number of every table and
 plot. Arms shared by async and staleness run once. `--figures-dir docs/figures` also copies the
 plots where the README links them.
@@ -11,13 +11,27 @@ import copy
 import datetime
 import os
 import time
+from dataclasses import asdict, dataclass
 
 from . import asynchrony, memory, scale, staleness
 from .arms import add_arm_arguments
 from .output import command_line, read_json, write_json
 
 HELP = "run async, memory, staleness and scale, and write <run_dir>/report.md with plots and report.json"
+NEEDS = ("matplotlib", "faiss")  # the plots; scale measures faiss search
 PARTS = ("async", "staleness", "memory", "scale")
+
+
+@dataclass
+class ReportHeader:
+    """What the report says about its own run."""
+
+    command: str
+    started: str  # UTC, minutes
+    minutes: float
+    machine_start: str  # usable cores and load average
+    machine_end: str
+    note: str = ""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--questions", type=int, default=8, help="bench memory: dev questions per workflow")
     parser.add_argument("--turns", type=int, default=8, help="bench memory: searches before the answer")
     parser.add_argument("--figures-dir", default="", help="also copy the plots here (docs/figures)")
+    asynchrony.add_target_arguments(parser)
 
 
 def _machine() -> str:
@@ -38,7 +53,7 @@ def _machine() -> str:
     )
 
 
-def write_report(run_dir: str, header: dict) -> str:
+def write_report(run_dir: str, header: ReportHeader) -> str:
     """report.md from the parts' JSON files in `run_dir`; report.json with all of them."""
     parts = {name: read_json(run_dir, name) for name in PARTS}
     renders = {
@@ -56,14 +71,14 @@ def write_report(run_dir: str, header: dict) -> str:
     lines = [
         "# areal-mem system benchmarks",
         "",
-        f"Command: `{header['command']}`",
+        f"Command: `{header.command}`",
         "",
-        f"Started {header['started']}, {header['minutes']:.0f} minutes. Machine at the start: "
-        f"{header['machine_start']}; at the end: {header['machine_end']}.",
+        f"Started {header.started}, {header.minutes:.0f} minutes. Machine at the start: "
+        f"{header.machine_start}; at the end: {header.machine_end}.",
         "",
     ]
-    if header.get("note"):
-        lines += [f"Note: {header['note']}.", ""]
+    if header.note:
+        lines += [f"Note: {header.note}.", ""]
     for name in PARTS:
         part = parts[name]
         lines += [f"## {titles[name]}", ""]
@@ -76,7 +91,7 @@ def write_report(run_dir: str, header: dict) -> str:
     path = os.path.join(run_dir, "report.md")
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines))
-    write_json(run_dir, "report", {"header": header, **parts})
+    write_json(run_dir, "report", {"header": asdict(header), **parts})
     return path
 
 
@@ -96,13 +111,7 @@ def run(args: argparse.Namespace) -> int:
         code = module.run(ns)
         if code:
             return code
-    header = {
-        "command": command_line(),
-        "started": started,
-        "minutes": (time.time() - t0) / 60,
-        "machine_start": machine_start,
-        "machine_end": _machine(),
-    }
+    header = ReportHeader(command_line(), started, (time.time() - t0) / 60, machine_start, _machine())
     path = write_report(args.run_dir, header)
     print(f"\n[bench all] report: {path}", flush=True)
     return 0

@@ -1,8 +1,8 @@
-"""`areal-mem bench scale`: how the system scales to the production recipe, on paper, from
+"""`python -m benchmarks scale`: how the system scales to the production recipe, on paper, from
 measured per-component costs.
 
 Measured here (quickly, or given with `--inputs FILE`): the generator's and the learner's
-tokens per second on this CPU (from `bench async`'s synchronous arm when it is in the run dir)
+tokens per second on this CPU (from the `async` bench's synchronous arm when it is in the run dir)
 and what they are in FLOP/s, faiss Flat inner-product search FLOP/s on this CPU (the production
 retriever is a Flat index over wiki-18 in host memory), the replay buffer's put/get MB/s and
 bytes per context token of a production-shaped group through the real service. The production
@@ -18,9 +18,10 @@ import argparse
 import json
 import os
 import time
-from typing import Dict
+from dataclasses import asdict, dataclass
+from typing import Dict, Optional
 
-from .output import command_line, markdown_table, read_json, write_json
+from .output import PROG, command_line, markdown_table, read_json, require, write_json
 
 HELP = "scale on paper: per-service time per step of the 3B / 16-GPU recipe from measured costs"
 
@@ -108,7 +109,7 @@ def measure_buffer(work: str, groups: int = 8) -> Dict[str, float]:
 
 
 def from_async_arm(run_dir: str) -> Dict[str, float]:
-    """Generator and learner tokens/s of the synchronous arm of `bench async`, if it ran here."""
+    """Generator and learner tokens/s of the synchronous arm of the `async` bench, if it ran here."""
     result = read_json(run_dir, "async")
     if not result:
         return {}
@@ -119,7 +120,22 @@ def from_async_arm(run_dir: str) -> Dict[str, float]:
     return out
 
 
-def model(measured: Dict[str, float], a: Dict[str, float] = ASSUMPTIONS) -> dict:
+@dataclass
+class ScaleModel:
+    """The production step costed per service (`scale.json`'s `model`)."""
+
+    work: Dict[str, float]  # per step: contexts, tokens, searches, FLOPs
+    seconds: Dict[str, float]  # per service, per step
+    bottleneck: str  # the service with the most seconds
+    async_step_s: float  # every service overlapped: the slowest
+    sync_step_s: float  # roll out, then train, then push
+    retriever_nodes_to_keep_up: float
+    # both GPU services shrink as 1/GPUs, the CPU retriever (one node) does not: beyond this many
+    # GPUs (same split) the retriever is the bottleneck
+    retriever_bound_at_gpus: Optional[float]
+
+
+def model(measured: Dict[str, float], a: Dict[str, float] = ASSUMPTIONS) -> ScaleModel:
     """Seconds per training step per service for the production recipe, and the bottleneck."""
     contexts = a["trajectories_per_step"] * a["turns_per_trajectory"]
     ctx_tokens = contexts * a["context_tokens"]
@@ -150,8 +166,8 @@ def model(measured: Dict[str, float], a: Dict[str, float] = ASSUMPTIONS) -> dict
     # Rollouts overlap generation and search across episodes; synchronous training then waits
     # for the learner and the push, asynchronous training overlaps all of it.
     rollout = max(services["generators (SGLang)"], retr, services["replay buffer (put + get)"])
-    out = {
-        "work": {
+    return ScaleModel(
+        work={
             "contexts": contexts,
             "context_tokens": ctx_tokens,
             "generated_tokens": gen_tokens,
@@ -161,16 +177,13 @@ def model(measured: Dict[str, float], a: Dict[str, float] = ASSUMPTIONS) -> dict
             "search_flops": search_flops,
             "retriever_node_flops": node_search_flops,
         },
-        "seconds": services,
-        "bottleneck": bottleneck,
-        "async_step_s": max(services.values()),
-        "sync_step_s": rollout + services["learner (DeepSpeed)"] + services["weight push (bf16)"],
-        "retriever_nodes_to_keep_up": retr / gpu_bound,
-        # Both GPU services shrink as 1/GPUs; the CPU retriever does not (one node): beyond this
-        # many GPUs (same split) the retriever is the bottleneck.
-        "retriever_bound_at_gpus": a["gpus"] * gpu_bound / retr if retr else None,
-    }
-    return out
+        seconds=services,
+        bottleneck=bottleneck,
+        async_step_s=max(services.values()),
+        sync_step_s=rollout + services["learner (DeepSpeed)"] + services["weight push (bf16)"],
+        retriever_nodes_to_keep_up=retr / gpu_bound,
+        retriever_bound_at_gpus=a["gpus"] * gpu_bound / retr if retr else None,
+    )
 
 
 def render(result: dict) -> str:
@@ -218,13 +231,14 @@ def run(args: argparse.Namespace) -> int:
         with open(args.inputs, encoding="utf-8") as f:
             measured = json.load(f)
     else:
+        require(["faiss"], f"{PROG} scale")  # or --inputs
         work = os.path.join(args.run_dir, "scale")
         os.makedirs(work, exist_ok=True)
         measured = {**from_async_arm(args.run_dir), **measure_faiss(), **measure_buffer(work)}
     result = {
         "measured": measured,
         "assumptions": dict(ASSUMPTIONS),
-        "model": model(measured),
+        "model": asdict(model(measured)),
         "command": command_line(),
     }
     write_json(args.run_dir, "scale", result)

@@ -1,4 +1,4 @@
-"""`areal-mem bench soak`: the debug recipe under one random fault every N seconds, and what survived.
+"""`python -m benchmarks soak`: the debug recipe under one random fault every N seconds, and what survived.
 
 The run is `areal-mem train`'s RL stage (local launcher, real processes); a `FaultInjector`
 hits one of them at each tick of the launcher's supervision:
@@ -37,7 +37,7 @@ import pyarrow as pa
 from areal_mem.config import RunConfig
 
 from .arms import DEFAULT_CONFIG
-from .output import command_line, markdown_table, write_json
+from .output import PROG, command_line, markdown_table, write_json
 
 HELP = "soak: the debug recipe with one random fault (SIGKILL/SIGSTOP of a service) every N seconds"
 KINDS = ("rollout", "generator", "retriever", "buffer", "learner")
@@ -112,7 +112,7 @@ class FaultInjector:
 def run_rl(cfg: RunConfig, on_tick: Callable[[FaultInjector], None], stall_s: float = 10.0) -> FaultInjector:
     """`areal-mem train`'s preparation and RL stage of `cfg` (no evaluation), calling
     `on_tick(injector)` at every supervision tick. Raises SystemExit if the learner fails."""
-    from ..train import TrainPipeline
+    from areal_mem.app.train import TrainPipeline
 
     pipeline = TrainPipeline(cfg, evaluate=False)
     pipeline.prepare()
@@ -184,6 +184,39 @@ def account(run_dir: str, group_size: int, max_staleness: int) -> dict:
     }
 
 
+# what `account` counts that must be 0 (and `versions_monotone`, which must hold)
+MUST_BE_ZERO = ("lost", "trained_twice", "partial_groups", "steps_staler_than_bound")
+
+
+@dataclass
+class SoakReport:
+    """What a soak run did and what survived it (`soak_report.json`: these fields, with the
+    accounting's keys at the top level)."""
+
+    command: str
+    minutes: float
+    fault_every_s: float
+    faults: List[Fault]
+    restarts: Dict[str, int]  # process name -> restarts
+    books: Dict[str, object]  # `account(...)`
+    wall_s: float
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.books[k] for k in MUST_BE_ZERO) and bool(self.books["versions_monotone"])
+
+    def to_json(self) -> dict:
+        return {
+            "command": self.command,
+            "minutes": self.minutes,
+            "fault_every_s": self.fault_every_s,
+            "faults": [asdict(f) for f in self.faults],
+            "restarts": self.restarts,
+            **self.books,
+            "wall_s": self.wall_s,
+        }
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from areal_mem.config.arguments import add_config_arguments
 
@@ -211,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown or not kinds:
-        print(f"areal-mem bench soak: --kinds: unknown {unknown or 'none given'}; known: {', '.join(KINDS)}")
+        print(f"{PROG} soak: --kinds: unknown {unknown or 'none given'}; known: {', '.join(KINDS)}")
         return 2
     rng = random.Random(args.seed)
     wall0 = time.monotonic()
@@ -237,31 +270,26 @@ def run(args: argparse.Namespace) -> int:
                 injector.inject(choices[0])
 
     injector = run_rl(cfg, tick, args.stall_s)
-    report = {
-        "command": command_line(),
-        "minutes": args.minutes,
-        "fault_every_s": args.fault_every,
-        "faults": [asdict(f) for f in injector.faults],
-        "restarts": injector.restarts(),
-        **account(cfg.run_dir, cfg.rollout.group_size, cfg.buffer.max_staleness),
-        "wall_s": round(time.monotonic() - wall0, 1),
-    }
-    write_json(cfg.run_dir, "soak_report", report)
-    text = render(report)
+    report = SoakReport(
+        command=command_line(),
+        minutes=args.minutes,
+        fault_every_s=args.fault_every,
+        faults=list(injector.faults),
+        restarts=injector.restarts(),
+        books=account(cfg.run_dir, cfg.rollout.group_size, cfg.buffer.max_staleness),
+        wall_s=round(time.monotonic() - wall0, 1),
+    )
+    data = report.to_json()
+    write_json(cfg.run_dir, "soak_report", data)
+    text = render(data)
     with open(os.path.join(cfg.run_dir, "soak_report.md"), "w", encoding="utf-8") as f:
         f.write(text)
     print(text, flush=True)
-    ok = not (
-        report["lost"]
-        or report["trained_twice"]
-        or report["partial_groups"]
-        or report["steps_staler_than_bound"]
-        or not report["versions_monotone"]
-    )
-    return 0 if ok else 1
+    return 0 if report.ok else 1
 
 
 def render(report: dict) -> str:
+    """The markdown of `soak_report.json`'s contents (`SoakReport.to_json`)."""
     faults = markdown_table(
         ["time (s)", "kind", "process", "pid"],
         [[f["at_s"], f["kind"], f["target"], f["pid"]] for f in report["faults"]],

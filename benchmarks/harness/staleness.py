@@ -1,7 +1,7 @@
-"""`areal-mem bench staleness`: reward curves at eta 0, 2, 4, 8 with the decoupled loss and with
+"""`python -m benchmarks staleness`: reward curves at eta 0, 2, 4, 8 with the decoupled loss and with
 plain PPO (`learner.loss.decoupled=false`: the behaviour policy is the proximal one), one plot.
 
-Arms with the same command line as `bench async`'s are shared (`arms.run_arm`).
+Arms with the same command line as the `async` bench's are shared (`arms.run_arm`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from .arms import add_arm_arguments, arm_overrides, parse_ints, run_arm, start_o
 from .output import command_line, markdown_table, new_figure, save_figure, write_json
 
 HELP = "staleness: reward curves at eta 0, 2, 4, 8 with the decoupled loss and with plain PPO"
+NEEDS = ("matplotlib",)
 LOSSES = {"decoupled": True, "ppo": False}
 
 

@@ -4,10 +4,10 @@ import os
 
 import pytest
 
-from areal_mem.app.bench import arms
 from areal_mem.app.cli import main, pin_cpus
 from areal_mem.app.launch.plan import AFFINITY_ENV, Addresses, learner_specs, service_specs, worker_specs
 from areal_mem.config import ConfigError, load_run
+from benchmarks.harness import arms
 
 
 def _cfg(*overrides):

@@ -1,4 +1,4 @@
-"""`areal-mem bench`: the async bench on the tiny debug recipe (one arm of three steps in CI, two arms
+"""`python -m benchmarks`: the async bench on the tiny debug recipe (one arm of three steps in CI, two arms
 marked slow), speed-ups and the target from given numbers, scale from given numbers, and the report;
 every figure is checked against the measurements it rests on."""
 
@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from areal_mem.app.bench import asynchrony, command, scale
-from areal_mem.app.bench.report import write_report
-from areal_mem.app.bench.tiny import TINY_RECIPE
-from areal_mem.app.cli import main
+from benchmarks.harness import asynchrony, command, scale
+from benchmarks.harness.command import main
+from benchmarks.harness.report import ReportHeader, write_report
+from benchmarks.harness.tiny import TINY_RECIPE
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = TINY_RECIPE
@@ -30,8 +30,7 @@ def _bench_async(run_dir, etas):
     cmd = [
         sys.executable,
         "-m",
-        "areal_mem.app.cli",
-        "bench",
+        "benchmarks",
         "async",
         "--run-dir",
         str(run_dir),
@@ -222,7 +221,7 @@ def test_scale_from_given_numbers_and_the_report(async_run, tmp_path):
     run_dir = async_run[0]
     inputs = tmp_path / "inputs.json"
     inputs.write_text(json.dumps(INPUTS))
-    assert main(["bench", "scale", "--run-dir", str(run_dir), "--inputs", str(inputs)]) == 0
+    assert main(["scale", "--run-dir", str(run_dir), "--inputs", str(inputs)]) == 0
     with open(run_dir / "scale.json", encoding="utf-8") as f:
         result = json.load(f)
     a, s = scale.ASSUMPTIONS, result["model"]["seconds"]
@@ -234,7 +233,9 @@ def test_scale_from_given_numbers_and_the_report(async_run, tmp_path):
     assert a["gpus"] == 16
     path = write_report(
         str(run_dir),
-        {"command": "areal-mem bench all", "started": "now", "minutes": 1.0, "machine_start": "m", "machine_end": "m"},
+        ReportHeader(
+            command="python -m benchmarks all", started="now", minutes=1.0, machine_start="m", machine_end="m"
+        ),
     )
     text = open(path, encoding="utf-8").read()
     assert "![async](async.png)" in text and "bottleneck: **retriever (Flat, CPU)**" in text
@@ -245,9 +246,67 @@ def test_scale_from_given_numbers_and_the_report(async_run, tmp_path):
 
 
 def test_a_missing_bench_module_leaves_the_others_usable(monkeypatch, capsys):
-    monkeypatch.setitem(command.BENCHES, "later", "areal_mem.app.bench.not_written_yet")
-    assert main(["bench", "later"]) == 2
-    assert "not available (areal_mem.app.bench.not_written_yet is not installed)" in capsys.readouterr().out
+    monkeypatch.setitem(command.BENCHES, "later", "benchmarks.harness.not_written_yet")
+    assert main(["later"]) == 2
+    assert "not available (benchmarks.harness.not_written_yet is not installed)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
-        main(["bench", "scale", "--help"])
+        main(["scale", "--help"])
     assert e.value.code == 0 and "--inputs" in capsys.readouterr().out
+
+
+def test_the_installed_command_says_where_bench_went(capsys):
+    from areal_mem.app.cli import main as installed_main
+
+    assert installed_main(["bench", "async", "--steps", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "from a checkout run `python -m benchmarks async --steps 3`" in err
+
+
+def test_a_bench_that_plots_refuses_before_it_starts_without_matplotlib(monkeypatch, capsys, tmp_path):
+    """`async` once ran its arms for ten minutes, then refused for want of matplotlib: now the
+    modules a bench needs are checked before it starts anything."""
+    import importlib.util
+
+    from benchmarks.harness import output
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(output.importlib.util, "find_spec", lambda n, *a: None if n == "matplotlib" else real(n, *a))
+    started = []
+    monkeypatch.setattr(asynchrony, "run", lambda args: started.append(args) or 0)
+    for name in ("async", "staleness", "memory", "paper", "all"):
+        with pytest.raises(SystemExit) as e:
+            main([name, "--run-dir", str(tmp_path)])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"python -m benchmarks {name}: needs matplotlib" in err and "pip install -e '.[bench" in err
+    assert started == [] and not os.listdir(tmp_path)
+    # the benches that draw nothing do not ask for it
+    parser = command.build_parser()
+    assert [parser.parse_args([name])._needs for name in ("seeds", "soak", "eval")] == [(), (), ()]
+
+
+def test_the_targets_are_options_with_defaults():
+    args = command.build_parser().parse_args(["async", "--target-eta", "4", "--target-speedup", "1.2"])
+    t = asynchrony.targets_of(args)
+    assert t == asynchrony.AsyncTargets(eta=4, speedup=1.2, idle=0.10, bound_share=0.90, reprefill=0.05)
+    rest = {"step_wall_s": 1.0, "trained_tokens_per_s": 1.0, "context_tokens_per_s": 1.0, "reward_final": 0.0}
+    rest.update(learner_wait_frac=0.0, t_gen_s=4.0, t_train_s=6.0, gen_idle_frac=0.05)
+    arms = {0: dict(rest, groups_per_s=0.4), 2: dict(rest, groups_per_s=0.44), 4: dict(rest, groups_per_s=0.5)}
+    assert asynchrony.analyze(arms)["target_met"] is False  # eta 2 at 1.1x of the default 1.5x
+    result = asynchrony.analyze(arms, targets=t)  # eta 4 at 1.25x of 1.2x
+    assert result["target_met"] is True and result["thresholds"]["eta"] == 4
+    text = asynchrony.render(result)
+    assert "target (eta 4 >= 1.2x synchronous, generator idle < 10%): MET" in text
+    assert "| generator idle < 10% at eta 4 | 5% | MET |" in text
+
+
+def test_the_installed_package_does_not_import_the_benchmarks():
+    import re
+
+    pattern = re.compile(r"^\s*(from|import)\s+benchmarks\b", re.M)
+    for top in ("areal_mem", "rollout", "learner", "retriever"):
+        for folder, _, files in os.walk(os.path.join(REPO, top)):
+            for name in files:
+                if name.endswith(".py"):
+                    with open(os.path.join(folder, name), encoding="utf-8") as f:
+                        assert not pattern.search(f.read()), os.path.join(folder, name)

@@ -1,7 +1,7 @@
-"""`areal-mem bench eval`: ratios and medians from given arm measurements (the arms themselves are
+"""`python -m benchmarks eval`: ratios and medians from given arm measurements (the arms themselves are
 the launcher's real runs, exercised in tests/launch/test_eval_during_training.py)."""
 
-from areal_mem.app.bench.eval_overhead import analyze, render
+from benchmarks.harness.eval_overhead import analyze, render
 
 
 def _arm(groups_per_s, step_s, curve=()):

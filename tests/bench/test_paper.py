@@ -1,4 +1,4 @@
-"""`areal-mem bench paper`: per-arm, per-seed EM by question type, costs, sign tests and targets,
+"""`python -m benchmarks paper`: per-arm, per-seed EM by question type, costs, sign tests and targets,
 collected from written runs (the training itself is the `areal-mem train` the seeds bench runs)."""
 
 import json
@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from areal_mem.app.bench.paper import arm_overrides, learner_cost
-from areal_mem.app.cli import main
+from benchmarks.harness.command import main
+from benchmarks.harness.paper import arm_overrides, learner_cost
 
 TYPES = ["single", "single", "bridge", "bridge", "bridge", "comparison"]
 PREFILL_MS = {"bridge": 2000.0, "comparison": 1800.0, "single": 1000.0}
@@ -115,7 +115,7 @@ def test_collect_reports_both_arms_by_type_with_sign_tests_and_targets(tmp_path,
     sft = [{"kind": "sft", "step": 1}, {"kind": "sft", "step": 2}]
     _run(tmp_path, "react", 0, [1, 1, 0, 1, 0, 0], [0, 1, 0, 1, 0, 1], PREFILL_REACT, sft + train)
     out = tmp_path / "reports"
-    argv = ["bench", "paper", "--run-dir", str(tmp_path), "--seeds", "0", "--collect-only", "--report-dir", str(out)]
+    argv = ["paper", "--run-dir", str(tmp_path), "--seeds", "0", "--collect-only", "--report-dir", str(out)]
     assert main(argv) == 0
     rep = json.loads((out / "paper.json").read_text())
     (ms,), (re,) = rep["arms"]["memsearcher"]["runs"], rep["arms"]["react"]["runs"]
@@ -151,7 +151,7 @@ def test_every_finished_seed_is_reported_and_judged(tmp_path):
     train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
     _run(tmp_path, "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train)
     _run(tmp_path, "memsearcher", 1, [0, 0, 1, 0, 0, 0], [1, 1, 1, 0, 0, 1], PREFILL_MS, train)
-    argv = ["bench", "paper", "--run-dir", str(tmp_path), "--seeds", "1", "--collect-only", "--arms", "memsearcher"]
+    argv = ["paper", "--run-dir", str(tmp_path), "--seeds", "1", "--collect-only", "--arms", "memsearcher"]
     assert main(argv) == 0
     rep = json.loads((tmp_path / "paper.json").read_text())
     assert rep["seeds"] == [0, 1]  # seed 0 was finished before: reported too
@@ -168,7 +168,7 @@ def test_records_merge_seeds_whose_run_dirs_are_gone(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
     _run(first, "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train)
     _run(first, "react", 0, [0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0], PREFILL_REACT, train)
-    base = ["bench", "paper", "--collect-only", "--records", str(records)]
+    base = ["paper", "--collect-only", "--records", str(records)]
     assert main(base + ["--run-dir", str(first), "--seeds", "0"]) == 0
     assert sorted(os.listdir(records)) == ["memsearcher_s0.json", "react_s0.json"]
     kept = json.loads((records / "memsearcher_s0.json").read_text())
@@ -192,7 +192,7 @@ def test_a_record_without_answers_is_reported_unpaired_and_a_bad_one_is_named(tm
     records = tmp_path / "records"
     _run(tmp_path / "runs", "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train)
     _run(tmp_path / "runs", "react", 0, [0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0], PREFILL_REACT, train)
-    argv = ["bench", "paper", "--collect-only", "--records", str(records), "--run-dir", str(tmp_path / "runs")]
+    argv = ["paper", "--collect-only", "--records", str(records), "--run-dir", str(tmp_path / "runs")]
     assert main(argv + ["--seeds", "0"]) == 0
     shutil.rmtree(tmp_path / "runs")
     rec = json.loads((records / "react_s0.json").read_text())
@@ -214,14 +214,12 @@ def test_a_record_without_answers_is_reported_unpaired_and_a_bad_one_is_named(tm
 def test_one_arm_per_invocation_reports_both_arms_of_the_run_dir_and_the_records(tmp_path, monkeypatch):
     """`--arms react --seeds 1` trains ReAct's seed 1 only; the report (which overwrites the
     committed one) still has every arm found in the run dir and in the records."""
-    import areal_mem.app.bench.paper as paper
+    import benchmarks.harness.paper as paper
 
     train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
     records, runs = tmp_path / "records", tmp_path / "runs"
     _run(tmp_path / "old", "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train)
-    assert (
-        main(["bench", "paper", "--collect-only", "--records", str(records), "--run-dir", str(tmp_path / "old")]) == 0
-    )
+    assert main(["paper", "--collect-only", "--records", str(records), "--run-dir", str(tmp_path / "old")]) == 0
     _run(runs, "memsearcher", 1, [0, 0, 1, 0, 0, 0], [1, 1, 1, 0, 0, 1], PREFILL_MS, train)
     trained = []
 
@@ -230,7 +228,7 @@ def test_one_arm_per_invocation_reports_both_arms_of_the_run_dir_and_the_records
         _run(runs, "react", seed, [0] * 6, [1, 0, 1, 0, 0, 0], PREFILL_REACT, train)
 
     monkeypatch.setattr(paper, "train_run", fake_train)
-    argv = ["bench", "paper", "--records", str(records), "--run-dir", str(runs), "--arms", "react", "--seeds", "1"]
+    argv = ["paper", "--records", str(records), "--run-dir", str(runs), "--arms", "react", "--seeds", "1"]
     assert main(argv) == 0
     assert trained == ["react seed 1"]
     rep = json.loads((runs / "paper.json").read_text())
@@ -241,7 +239,7 @@ def test_one_arm_per_invocation_reports_both_arms_of_the_run_dir_and_the_records
     # a third workflow's arm, trained earlier into the run dir: reported, and its seed 5 is not
     # one the MemSearcher / ReAct targets ask for
     _run(runs, "search_r1", 5, [0] * 6, [1] * 6, PREFILL_MS, train)
-    assert main(["bench", "paper", "--collect-only", "--records", str(records), "--run-dir", str(runs)]) == 0
+    assert main(["paper", "--collect-only", "--records", str(records), "--run-dir", str(runs)]) == 0
     rep = json.loads((runs / "paper.json").read_text())
     assert list(rep["arms"]) == ["memsearcher", "react", "search_r1"] and rep["seeds"] == [0, 1, 5]
     assert rep["targets"][0]["numbers"] == "seed 0: 0.0% -> 100.0%, seed 1: 33.3% -> 33.3%"
@@ -254,7 +252,7 @@ def test_runs_on_different_worlds_are_not_paired_and_a_record_is_not_replaced_by
     runs, records = tmp_path / "runs", tmp_path / "records"
     _run(runs, "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], PREFILL_MS, train, recorded=True)
     _run(runs, "react", 0, [0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0], {k: 9e9 for k in PREFILL_REACT}, train, world="w1")
-    argv = ["bench", "paper", "--collect-only", "--run-dir", str(runs), "--records", str(records)]
+    argv = ["paper", "--collect-only", "--run-dir", str(runs), "--records", str(records)]
     assert main(argv) == 0
     rep = json.loads((runs / "paper.json").read_text())
     assert rep["arms"]["react"]["runs"][0]["world"]["test"] == "w1-0-test"  # from <run>/world: not from here
@@ -275,13 +273,13 @@ def test_runs_on_different_worlds_are_not_paired_and_a_record_is_not_replaced_by
 
 def test_collect_without_finished_runs_says_so(tmp_path):
     with pytest.raises(SystemExit, match="no finished run"):
-        main(["bench", "paper", "--run-dir", str(tmp_path), "--collect-only"])
+        main(["paper", "--run-dir", str(tmp_path), "--collect-only"])
 
 
 def test_the_paper_recipe_layers_on_the_debug_recipe_for_both_arms(tmp_path):
-    from areal_mem.app.bench.arms import DEFAULT_CONFIG
-    from areal_mem.app.bench.paper import ARMS, PAPER_CONFIG
     from areal_mem.config import load_run
+    from benchmarks.harness.arms import DEFAULT_CONFIG
+    from benchmarks.harness.paper import ARMS, PAPER_CONFIG
 
     for arm in ARMS:
         cfg = load_run([DEFAULT_CONFIG, PAPER_CONFIG], [f"run_dir={tmp_path}", f"rollout.workflow={arm}"])
@@ -293,7 +291,7 @@ def test_the_paper_recipe_layers_on_the_debug_recipe_for_both_arms(tmp_path):
 def test_react_gets_equal_sft_steps_by_default_and_a_given_arm_set_replaces_it(tmp_path, monkeypatch):
     """Without --arm-set, ReAct's arm trains 15 SFT epochs (a third of MemSearcher's rows per
     question); any --arm-set given replaces that default."""
-    import areal_mem.app.bench.paper as paper
+    import benchmarks.harness.paper as paper
 
     calls = {}
     train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
@@ -304,11 +302,10 @@ def test_react_gets_equal_sft_steps_by_default_and_a_given_arm_set_replaces_it(t
         _run(pathlib.Path(os.path.dirname(os.path.dirname(run_dir))), arm, seed, [1] * 6, [1] * 6, PREFILL_MS, train)
 
     monkeypatch.setattr(paper, "train_run", fake_train)
-    assert main(["bench", "paper", "--run-dir", str(tmp_path / "a"), "--seeds", "0"]) == 0
+    assert main(["paper", "--run-dir", str(tmp_path / "a"), "--seeds", "0"]) == 0
     assert calls[("a", "react")][-1] == "learner.sft.epochs=6"
     assert "learner.sft.epochs=6" not in calls[("a", "memsearcher")]
     argv = [
-        "bench",
         "paper",
         "--run-dir",
         str(tmp_path / "b"),
@@ -321,12 +318,12 @@ def test_react_gets_equal_sft_steps_by_default_and_a_given_arm_set_replaces_it(t
     assert calls[("b", "react")] == ["rollout.workflow=react", "eval.method=react"]
     assert calls[("b", "memsearcher")][-1] == "learner.steps=3"
     # only MemSearcher's arm: the default for ReAct does not apply, and is no error
-    assert main(["bench", "paper", "--run-dir", str(tmp_path / "c"), "--seeds", "0", "--arms", "memsearcher"]) == 0
+    assert main(["paper", "--run-dir", str(tmp_path / "c"), "--seeds", "0", "--arms", "memsearcher"]) == 0
     assert ("c", "react") not in calls
 
 
 def test_the_targets_ask_only_for_the_seeds_of_their_own_arms():
-    from areal_mem.app.bench.paper import targets
+    from benchmarks.harness.paper import targets
 
     def ev(bridge_em):
         return {"by_type": {"bridge": {"em": bridge_em}}}

@@ -1,12 +1,12 @@
-"""`areal-mem bench seeds`: per-seed and pooled SFT -> RL comparisons, and the exact sign test."""
+"""`python -m benchmarks seeds`: per-seed and pooled SFT -> RL comparisons, and the exact sign test."""
 
 import json
 import math
 
 import pytest
 
-from areal_mem.app.bench.paired import fixed_broken, pooled, sign_test_p
-from areal_mem.app.cli import main
+from benchmarks.harness.command import main
+from benchmarks.harness.paired import fixed_broken, pooled, sign_test_p
 
 
 def test_sign_test_matches_the_binomial_tails():
@@ -44,7 +44,7 @@ def test_collect_reports_every_seed_and_pools_them(tmp_path, capsys):
     _seed_run(tmp_path, 0, [0, 0, 1, 1], [1, 1, 1, 0], 600.0)  # fixed 2, broken 1
     _seed_run(tmp_path, 3, [1, 0, 0, 0], [1, 0, 0, 0], 840.0)  # unchanged
     out = tmp_path / "reports"
-    argv = ["bench", "seeds", "--run-dir", str(tmp_path), "--seeds", "0,3,7", "--collect-only"]
+    argv = ["seeds", "--run-dir", str(tmp_path), "--seeds", "0,3,7", "--collect-only"]
     assert main(argv + ["--report-dir", str(out)]) == 0
     rep = json.loads((out / "seeds_debug_cpu.json").read_text())
     s0, s3 = rep["seeds"]
@@ -62,4 +62,4 @@ def test_collect_reports_every_seed_and_pools_them(tmp_path, capsys):
 
 def test_collect_without_finished_seeds_says_so(tmp_path):
     with pytest.raises(SystemExit, match="no finished seed"):
-        main(["bench", "seeds", "--run-dir", str(tmp_path), "--collect-only"])
+        main(["seeds", "--run-dir", str(tmp_path), "--collect-only"])
