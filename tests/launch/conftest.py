@@ -8,7 +8,7 @@ import sys
 import psutil
 import pytest
 
-from areal_mem.app.bench.tiny import TINY_RECIPE
+from benchmarks.harness.tiny import TINY_RECIPE
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = [*TINY_RECIPE, "learner.steps=2", "learner.checkpoint_interval=100", "learner.sft.warm_start=false"]

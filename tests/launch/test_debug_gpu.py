@@ -2,7 +2,7 @@
 what does not depend on CUDA (the disk push between a learner and a generator that would share one
 card, the recipe's sizes and keys) runs in CI."""
 
-from areal_mem.app.bench.tiny import GPU_RECIPE_ON_CPU
+from benchmarks.harness.tiny import GPU_RECIPE_ON_CPU
 from tests.launch.conftest import TinyTrain
 
 

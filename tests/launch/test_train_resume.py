@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from areal_mem.app.bench.arms import DEFAULT_CONFIG
 from areal_mem.app.train import TrainPipeline
 from areal_mem.config import load_run
+from benchmarks.harness.arms import DEFAULT_CONFIG
 
 
 def test_a_resumed_pipeline_keeps_the_stage_times_it_skips(tmp_path):
@@ -30,7 +30,7 @@ def test_a_stage_that_fails_keeps_its_time_apart_for_the_resumed_run(tmp_path):
     """The time a failed invocation spent in a stage is part of what the run took: kept as
     `<stage>_failed`, so a resumed run's wall time (the sum of its stage times) does not lose it
     while the stage's own entry stays the attempt that finished."""
-    from areal_mem.app.bench.seeds import read_summary
+    from benchmarks.harness.seeds import read_summary
 
     cfg = load_run([DEFAULT_CONFIG], [f"run_dir={tmp_path}"])
     first = TrainPipeline(cfg)
