@@ -1,7 +1,7 @@
 """Faults during the debug recipe (real processes through the local launcher): the launcher
 restarts what died, nothing stored is lost or trained twice, no partial group is stored, and the
 run reaches its last step. Checked from metrics.jsonl, the buffer's ledger and files, the logs
-and the process table (`areal_mem.app.bench.soak.account`, shared with `areal-mem bench soak`)."""
+and the process table (`benchmarks.harness.soak.account`, shared with `python -m benchmarks soak`)."""
 
 import json
 import os
@@ -11,9 +11,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from areal_mem.app.bench.soak import account, run_rl, train_rows
+from benchmarks.harness.soak import account, run_rl, train_rows
 
 from .faults_helpers import GROUP_SIZE, fault_cfg, run_dir_processes
+
+pytestmark = pytest.mark.integration  # the debug recipe's real processes, started through run_rl
 
 
 def held_slots(run_dir):
