@@ -2,8 +2,11 @@
 
 A config value is either a registered name (`memsearcher`) or a
 `module:attribute` path (`my_pkg.env:CalcWorkflow`). Third-party packages
-register through the entry-point group `areal_mem.workflows`: an entry point
-named `X` is workflow `X`, `tool.X` is tool `X`, `reward.X` is reward `X`.
+register through one entry-point group per kind (`ENTRY_POINT_GROUPS`): an entry
+point `X` in `areal_mem.workflows` is workflow `X`, in `areal_mem.tools` tool `X`,
+in `areal_mem.rewards` reward `X`. The old `tool.X` / `reward.X` names in the
+workflows group are refused by name when asked for, with the group to move them to:
+read silently, they would keep a package working until the day they stop.
 
 What is registered is a factory, so that each kind is built the same way:
 - workflow: a `areal_mem.rollout.workflows.Workflow` subclass, instantiated with no arguments;
@@ -15,10 +18,10 @@ from __future__ import annotations
 
 import importlib
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
-ENTRY_POINT_GROUP = "areal_mem.workflows"
 KINDS = ("workflow", "tool", "reward")
+ENTRY_POINT_GROUPS = {"workflow": "areal_mem.workflows", "tool": "areal_mem.tools", "reward": "areal_mem.rewards"}
 
 # Built-ins are import paths, so that importing the registry stays cheap.
 _BUILTINS: Dict[str, Dict[str, str]] = {
@@ -31,6 +34,7 @@ _BUILTINS: Dict[str, Dict[str, str]] = {
 }
 _registry: Dict[str, Dict[str, Any]] = {kind: {} for kind in KINDS}
 _entry_points: Dict[str, Dict[str, EntryPoint]] = {kind: {} for kind in KINDS}
+_refused: Dict[Tuple[str, str], EntryPoint] = {}  # (kind, name) -> an old `kind.name` in the workflows group
 _entry_points_loaded = False
 
 
@@ -76,11 +80,13 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        kind, _, name = ep.name.rpartition(".")
-        kind = kind or "workflow"
-        if kind in KINDS:
-            _entry_points[kind][name] = ep
+    for kind, group in ENTRY_POINT_GROUPS.items():
+        for ep in entry_points(group=group):
+            old_kind, dot, name = ep.name.partition(".")
+            if kind == "workflow" and dot and old_kind in ("tool", "reward"):
+                _refused[(old_kind, name)] = ep
+            else:
+                _entry_points[kind][ep.name] = ep
 
 
 def available(kind: str) -> list:
@@ -102,8 +108,14 @@ def resolve(kind: str, name: str) -> Any:
         try:
             obj = ep.load()
         except (ImportError, AttributeError) as e:
-            raise PluginError(f"entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) does not load: {e}") from None
+            raise PluginError(f"entry point {ep.name} = {ep.value} ({ep.group}) does not load: {e}") from None
         return register(kind, name, obj)
+    if (kind, name) in _refused:  # before the built-ins: such an entry point once overrode them
+        ep = _refused[(kind, name)]
+        raise PluginError(
+            f"entry point {ep.name} = {ep.value} is in group {ep.group}, which holds workflows only; "
+            f"declare it as {name} = {ep.value} in group {ENTRY_POINT_GROUPS[kind]}"
+        )
     if name in _BUILTINS[kind]:
         return load_path(_BUILTINS[kind][name])
     raise PluginError(

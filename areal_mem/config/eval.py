@@ -14,7 +14,9 @@ class EvalPlacement(str, Enum):
 @dataclass
 class EvalConfig:
     data: str = ""  # FlashRAG jsonl or Search-R1 parquet; empty: the world's test split
-    method: str = "memsearcher"  # memsearcher | react | a registered workflow or module:attribute
+    # the workflow evaluated: memsearcher | react | a registered name | module:attribute; empty:
+    # rollout.workflow, so one setting names the workflow of training and evaluation
+    method: str = ""
     max_turns: int = 20  # turn limit in evaluation (training uses rollout.limits.max_turns)
     concurrency: int = 16  # episodes in flight
     limit: int = 0  # 0: every question

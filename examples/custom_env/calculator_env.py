@@ -2,9 +2,11 @@
 
 It shows the three plugin kinds: a `Tool` (safe arithmetic, parsed with `ast`,
 never `eval`), a reward (1 when the boxed number equals the golden one), and a
-workflow (the ReAct loop with its own prompt). Load it by `module:attribute`
+workflow (the ReAct loop with its own prompt, scored by that reward, not as
+question answering). It imports only `areal_mem.api`. Load it by `module:attribute`
 in a config (see config.yaml) or install this folder (`pip install -e .`) to
-register `calculator` through the `areal_mem.workflows` entry points.
+register `calculator` through the entry-point groups `areal_mem.workflows`,
+`areal_mem.tools` and `areal_mem.rewards`.
 """
 
 from __future__ import annotations
@@ -14,10 +16,7 @@ import json
 import operator
 from typing import Any, Dict
 
-from areal_mem.config.rollout import RolloutConfig
-from areal_mem.rollout.rewards.answer import extract_boxed
-from areal_mem.rollout.tools.base import Tool, ToolBuild, ToolError
-from areal_mem.rollout.workflows.react import ReActWorkflow
+from areal_mem.api import ReActLoop, Task, Tool, ToolBuild, ToolError, Trajectory, WorkflowContext, rewards
 
 _OPS = {
     ast.Add: operator.add,
@@ -83,9 +82,11 @@ def make_tool(build: ToolBuild) -> CalculatorTool:
     return CalculatorTool(precision=int(build.args.get("precision", 6)))
 
 
-def make_reward(rollout: RolloutConfig):
-    def reward(message: str, task: Any) -> float:
-        answer = extract_boxed(message)
+def make_reward(rollout: Any):
+    """A reward factory gets the rollout config (unused here) and returns reward(message, task)."""
+
+    def reward(message: str, task: Task) -> float:
+        answer = rewards.extract_boxed(message)
         try:
             return float(any(abs(float(answer) - float(g)) < 1e-6 for g in task.golden_answers))
         except (TypeError, ValueError):
@@ -103,8 +104,14 @@ PROMPT = (
 )
 
 
-class CalculatorWorkflow(ReActWorkflow):
+class CalculatorWorkflow(ReActLoop):
     name = "calculator"
 
-    def template(self, ctx) -> str:
-        return ctx.prompt_template or PROMPT
+    def default_template(self) -> str:
+        return PROMPT
+
+    def score(self, traj: Trajectory, task: Task, message: str, ctx: WorkflowContext) -> Trajectory:
+        """The configured reward (`make_reward`), and the boxed number for the eval results."""
+        traj = super().score(traj, task, message, ctx)
+        traj.info["answer"] = rewards.extract_boxed(message) or ""
+        return traj

@@ -15,9 +15,6 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 from areal_mem.config.rollout import RolloutLimits
 from areal_mem.data.task import Task
 from areal_mem.generation import GenerationResult, SamplingParams
-from areal_mem.rollout.rewards.answer import extract_boxed
-from areal_mem.rollout.rewards.answer_reward import format_error
-from areal_mem.rollout.rewards.metrics import exact_match, f1_score, substring_match
 from areal_mem.rollout.tools.base import EPISODE, Tool
 from areal_mem.trajectory import Trajectory
 
@@ -51,6 +48,10 @@ class WorkflowContext:
 
 
 class Workflow(ABC):
+    """One kind of episode. `run` plays it and ends with `score`, the hook that says what the
+    episode earned: the base gives the configured reward (`rollout.reward`, `ctx.reward`);
+    question answering adds its metrics in `QAScoring` (qa.py), a plugin defines its own."""
+
     name: str = ""
     default_prompt: str = ""  # a file in rollout/prompts/, used when the config names none
     # fixed text the workflow writes into every context besides its prompt (instructions); a
@@ -59,11 +60,24 @@ class Workflow(ABC):
 
     def template(self, ctx: WorkflowContext) -> str:
         """The prompt template of this episode: the configured one, else the workflow's default."""
-        return ctx.prompt_template or packaged_prompt(self.default_prompt)
+        return ctx.prompt_template or self.default_template()
+
+    def default_template(self) -> str:
+        """The prompt when the config names none: `default_prompt` from rollout/prompts/. A plugin
+        returns its own text here (the tiny model's tokenizer is trained on it too)."""
+        return packaged_prompt(self.default_prompt)
 
     @abstractmethod
     async def run(self, task: Task, ctx: WorkflowContext, traj_id: str) -> Trajectory:
-        """Run one episode of `task`; never raises for model mistakes, only for broken services."""
+        """Run one episode of `task`, scored by `score`; never raises for model mistakes, only for
+        broken services."""
+
+    def score(self, traj: Trajectory, task: Task, message: str, ctx: WorkflowContext) -> Trajectory:
+        """Set `traj.reward` (and any metrics, as flat `traj.info` scalars) from the final assistant
+        `message`. Here: the configured reward alone, so a workflow that is not question answering
+        is not scored as one."""
+        traj.reward = float(ctx.reward(message, task))
+        return traj
 
 
 async def run_episode(workflow: Workflow, task: Task, ctx: WorkflowContext, traj_id: str) -> Trajectory:
@@ -102,19 +116,3 @@ def prefill_tokens(traj: Trajectory) -> int:
             if m and (i == 0 or not c.loss_mask[i - 1]):
                 total += c.prompt_len + i
     return total
-
-
-def score_trajectory(traj: Trajectory, message: str, task: Task, ctx: WorkflowContext) -> Trajectory:
-    """Set the reward from the final assistant `message` and the evaluation metrics in `info`."""
-    answer = extract_boxed(message)
-    traj.reward = float(ctx.reward(message, task))
-    golden = task.golden_answers
-    traj.info.update(
-        answer=answer or "",
-        em=exact_match(answer, golden) if answer is not None else 0.0,
-        f1=f1_score(answer, golden) if answer is not None else 0.0,
-        acc=substring_match(answer, golden) if answer is not None else 0.0,
-        format_error=format_error(message) or "",
-        num_contexts=len(traj.contexts),
-    )
-    return traj

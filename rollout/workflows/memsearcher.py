@@ -17,7 +17,8 @@ from areal_mem.rollout.tools.calls import find_tool_calls
 from areal_mem.rollout.tools.execute import execute_calls, render_tool_responses
 from areal_mem.trajectory import Context, Trajectory
 
-from .base import Workflow, WorkflowContext, record_turn_lengths, score_trajectory
+from .base import WorkflowContext, record_turn_lengths
+from .qa import QAScoring
 from .tokens import (
     ASSISTANT_HEADER,
     IM_END,
@@ -48,7 +49,7 @@ def tool_turn_text(responses: str, instruction: str = "") -> str:
     return f"\n{IM_START}user\n{responses}{instruction}{IM_END}\n{ASSISTANT_HEADER}"
 
 
-class MemSearcherWorkflow(Workflow):
+class MemSearcherWorkflow(QAScoring):
     name = "memsearcher"
     default_prompt = "memsearcher.txt"
     injected_texts = (MEMORY_INSTRUCTION,)
@@ -71,7 +72,7 @@ class MemSearcherWorkflow(Workflow):
         traj = Trajectory(traj_id=traj_id, contexts=contexts)
         traj.info.update(num_turns=len(contexts), end_reason=end, tool_calls=tool_calls)
         record_turn_lengths(traj, [len(c.input_ids) for c in contexts])
-        return score_trajectory(traj, message, task, ctx)
+        return self.score(traj, task, message, ctx)
 
     async def _turn(
         self, ctx: WorkflowContext, builder: ContextBuilder, prompt_text: str, last_turn: bool, rid: str, traj_id: str

@@ -2,7 +2,9 @@
 
 Same tools, same tool-call format and the same reward as MemSearcher, so the two
 are compared on equal terms; the difference is that every tool response stays
-in the context, which grows with each turn.
+in the context, which grows with each turn. The loop itself (`ReActLoop`) knows
+nothing of question answering, so a plugin reuses it with its own prompt, tools
+and `score` (examples/custom_env/); `ReActWorkflow` adds the QA scoring.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ from areal_mem.rollout.tools.calls import find_tool_calls
 from areal_mem.rollout.tools.execute import execute_calls, render_tool_responses
 from areal_mem.trajectory import Trajectory
 
-from .base import Workflow, WorkflowContext, record_turn_lengths, score_trajectory
+from .base import Workflow, WorkflowContext, record_turn_lengths
 from .memsearcher import tool_turn_text
+from .qa import QAScoring
 from .tokens import ContextBuilder, assistant_prefix, encode, generate_into, render_prompt
 
 
-class ReActWorkflow(Workflow):
-    name = "react"
-    default_prompt = "react.txt"
+class ReActLoop(Workflow):
+    """Action, tool calls (`<tool_call>{json}</tool_call>`), responses appended masked, next action
+    on the same context, until the model answers without a call or a limit ends the episode;
+    then `score` on the last assistant message. A subclass names its prompt (`default_prompt`, or
+    `default_template`): Qwen chat markup with a `{question}` slot, ending where the assistant's
+    turn opens."""
 
     async def run(self, task: Task, ctx: WorkflowContext, traj_id: str) -> Trajectory:
         template = self.template(ctx)
@@ -53,7 +59,7 @@ class ReActWorkflow(Workflow):
         traj = Trajectory(traj_id=traj_id, contexts=[builder.build()])
         traj.info.update(num_turns=len(lengths), end_reason=end, tool_calls=tool_calls)
         record_turn_lengths(traj, lengths)
-        return score_trajectory(traj, message, task, ctx)
+        return self.score(traj, task, message, ctx)
 
     @staticmethod
     def _action_end(finish_reason: str, calls: list, last_turn: bool) -> Optional[str]:
@@ -62,3 +68,8 @@ class ReActWorkflow(Workflow):
         if not calls:
             return "answered"
         return "turn_limit" if last_turn else None
+
+
+class ReActWorkflow(QAScoring, ReActLoop):
+    name = "react"
+    default_prompt = "react.txt"

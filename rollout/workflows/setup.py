@@ -56,7 +56,7 @@ def workflow_texts(rollout: RolloutConfig) -> List[str]:
     """The fixed text of `rollout.workflow`'s contexts: its prompt with empty slots, then the
     instructions it injects (what a tiny model's tokenizer is trained on besides the world)."""
     workflow = build_workflow(rollout.workflow)
-    template = prompt_template(rollout, workflow) or packaged_prompt(workflow.default_prompt)
+    template = prompt_template(rollout, workflow) or workflow.default_template()
     return [render_prompt(template, question="", memory=""), *workflow.injected_texts]
 
 

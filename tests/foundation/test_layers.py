@@ -22,18 +22,20 @@ def _lint(root: str, *args: str) -> subprocess.CompletedProcess:
 def test_the_tree_keeps_every_contract():
     res = _lint(ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "3 kept, 0 broken" in res.stdout
+    assert "4 kept, 0 broken" in res.stdout
 
 
 def test_the_base_contract_lists_every_base_module():
-    """A new module of areal_mem/ outside app/ must be named in the base contract, or it is unchecked."""
+    """A new module of areal_mem/ outside app/ must be named in the base contract, or it is unchecked.
+    `api` is not base: it re-exports the rollout service's plugin classes (its own contract keeps
+    it off the composition layer)."""
     cfg = configparser.ConfigParser()
     cfg.read(os.path.join(ROOT, ".importlinter"))
     listed = set(cfg["importlinter:contract:base"]["source_modules"].split())
     present = {
         "areal_mem." + (name[:-3] if name.endswith(".py") else name)
         for name in os.listdir(os.path.join(ROOT, "areal_mem"))
-        if name not in ("__init__.py", "app", "__pycache__")
+        if name not in ("__init__.py", "app", "api.py", "__pycache__")
         and (name.endswith(".py") or os.path.isfile(os.path.join(ROOT, "areal_mem", name, "__init__.py")))
     }
     assert listed == present

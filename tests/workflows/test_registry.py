@@ -20,6 +20,7 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "custo
 def fresh_registry(monkeypatch):
     monkeypatch.setattr(plugins, "_registry", {k: {} for k in plugins.KINDS})
     monkeypatch.setattr(plugins, "_entry_points", {k: {} for k in plugins.KINDS})
+    monkeypatch.setattr(plugins, "_refused", {})
     monkeypatch.setattr(plugins, "_entry_points_loaded", False)
 
 
@@ -44,21 +45,49 @@ def test_register_by_name(fresh_registry):
     assert plugins.resolve("workflow", "mine") is Mine and "mine" in plugins.available("workflow")
 
 
-def test_entry_points_register_the_example(fresh_registry, tmp_path, monkeypatch):
+def _install_entry_points(tmp_path, monkeypatch, entry_points_txt: str) -> None:
+    """A distribution of the example on sys.path with these entry points, as `pip install` leaves it."""
     dist = tmp_path / "areal_mem_calculator_env-0.1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: areal-mem-calculator-env\nVersion: 0.1.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[areal_mem.workflows]\ncalculator = calculator_env:CalculatorWorkflow\n"
-        "tool.calculator = calculator_env:make_tool\nreward.calculator = calculator_env:make_reward\n"
-    )
+    (dist / "entry_points.txt").write_text(entry_points_txt)
     monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_entry_points_register_the_example(fresh_registry, tmp_path, monkeypatch):
+    _install_entry_points(
+        tmp_path,
+        monkeypatch,
+        "[areal_mem.workflows]\ncalculator = calculator_env:CalculatorWorkflow\n"
+        "[areal_mem.tools]\ncalculator = calculator_env:make_tool\n"
+        "[areal_mem.rewards]\ncalculator = calculator_env:make_reward\n",
+    )
     monkeypatch.syspath_prepend(EXAMPLE)
     import calculator_env
 
     assert plugins.resolve("workflow", "calculator") is calculator_env.CalculatorWorkflow
     assert plugins.resolve("tool", "calculator") is calculator_env.make_tool
     assert plugins.resolve("reward", "calculator") is calculator_env.make_reward
+
+
+def test_old_tool_and_reward_names_in_the_workflows_group_are_refused(fresh_registry, tmp_path, monkeypatch):
+    """`tool.X` / `reward.X` in `areal_mem.workflows` (the one group of old) is refused, naming
+    the group it belongs in, not read and not ignored; the group's workflows still load."""
+    _install_entry_points(
+        tmp_path,
+        monkeypatch,
+        "[areal_mem.workflows]\ncalculator = calculator_env:CalculatorWorkflow\n"
+        "tool.calculator = calculator_env:make_tool\nreward.memsearcher = calculator_env:make_reward\n",
+    )
+    monkeypatch.syspath_prepend(EXAMPLE)
+    import calculator_env
+
+    assert plugins.resolve("workflow", "calculator") is calculator_env.CalculatorWorkflow
+    with pytest.raises(plugins.PluginError, match=r"tool.calculator = .*declare it as calculator .* areal_mem\.tools$"):
+        plugins.resolve("tool", "calculator")
+    # refused even where a built-in has the name: the old entry point once overrode it
+    with pytest.raises(plugins.PluginError, match=r"in group areal_mem\.rewards$"):
+        plugins.resolve("reward", "memsearcher")
 
 
 def test_example_env_loaded_by_config(fresh_registry, scripted, tokenizer, monkeypatch):

@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     data_help = "FlashRAG jsonl or Search-R1 parquet (config: eval.data; default: the world's test split)"
     parser.add_argument("--data", metavar="FILE", help=data_help)
-    method_help = "workflow: memsearcher | react | registered name | module:attribute (config: eval.method)"
+    method_help = "workflow: memsearcher | react | registered name | module:attribute (config: eval.method; default: rollout.workflow)"
     parser.add_argument("--method", metavar="NAME", help=method_help)
     parser.add_argument("--limit", type=int, help="first N questions only (config: eval.limit)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

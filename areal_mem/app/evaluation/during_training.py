@@ -1,13 +1,13 @@
 """`areal-mem evaluator`: evaluate policy versions while asynchronous RL trains (`eval.interval`).
 
 The launcher starts it beside the learner. It takes each version the learner hands over
-(`areal_mem.policy_snapshots`), runs `eval.method` greedily over the same `eval.dev_questions`
-of the dev split, and logs EM/F1 by version and wall time: TensorBoard `eval_dev/*` (step =
-version, wall time = when the learner handed the version over), `metrics.jsonl` lines of kind
-`eval_dev`, and `<run_dir>/eval_during/curve.jsonl` (one line per version, read by the train
-summary). With `eval.train_questions` a sample of training questions is evaluated too
-(`eval_train/*`), so a policy that learns the training entities instead of searching shows as
-two curves parting. Two placements (`eval.placement`):
+(`areal_mem.policy_snapshots`), runs `eval.method` (empty: `rollout.workflow`) greedily over the
+same `eval.dev_questions` of the dev split, and logs EM/F1 by version and wall time: TensorBoard
+`eval_dev/*` (step = version, wall time = when the learner handed the version over),
+`metrics.jsonl` lines of kind `eval_dev`, and `<run_dir>/eval_during/curve.jsonl` (one line per
+version, read by the train summary). With `eval.train_questions` a sample of training questions
+is evaluated too (`eval_train/*`), so a policy that learns the training entities instead of
+searching shows as two curves parting. Two placements (`eval.placement`):
 
 - `own`: a generator of its own, loaded with each version's weights before its evaluation and
   holding them throughout, so every token is sampled by exactly that version;
@@ -44,6 +44,7 @@ from areal_mem.config.generator import GeneratorBackend
 from areal_mem.data import read_tasks
 from areal_mem.data.task import Task
 
+from .evaluate import eval_method
 from .runner import evaluate
 from .summary import summarize
 
@@ -112,7 +113,7 @@ class Evaluator:
         self.cfg, self.poll_s = cfg, poll_s
         self.own = cfg.eval.placement == EvalPlacement.own
         self.samples = samples(cfg)
-        self.workflow = build_workflow(cfg.eval.method)
+        self.workflow = build_workflow(eval_method(cfg))
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
         self.done: Set[int] = {int(row["version"]) for row in snapshots.read_curve(cfg.run_dir)}
         self.metrics = MetricsLogger(cfg.run_dir)
@@ -218,7 +219,7 @@ class Evaluator:
             got = await evaluate(
                 tasks, self.workflow, ctx, cfg.eval.concurrency, os.path.join(self.results_dir, name), progress=False
             )
-            summaries[prefix] = summarize(got, method=cfg.eval.method, data=prefix)
+            summaries[prefix] = summarize(got, method=eval_method(cfg), data=prefix)
             records += got
         if self.own:  # nothing else loads into this generator: a moved version is a bug, not noise
             served = await generator.weight_versions()
@@ -241,7 +242,7 @@ class Evaluator:
         with open(snapshots.curve_path(cfg.run_dir), "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         for prefix, summary in summaries.items():
-            scalars = {k: float(summary[k]) for k in CURVE_KEYS}
+            scalars = {k: float(summary[k]) for k in CURVE_KEYS if summary[k] is not None}
             if prefix == "eval_dev":
                 scalars.update({k: float(row[k]) for k in ("pinned_fraction", "eval_s", "lag_s")})
             self.metrics.log(version, scalars, prefix=prefix, walltime=info["time"])
@@ -268,11 +269,18 @@ def curve_table(rows: List[Dict[str, Any]]) -> str:
     ]
     for r in rows:
         lines.append(
-            f"{r['version']:>7}  {r['step']:>4}  {r['em']:>5.1f}  {r['f1']:>5.1f}  {r['search_rate']:>10.1f}  "
-            f"{r['answer_copied_rate']:>8.1f}" + (f"  {r['train_em']:>10.1f}" if train else "") + f"  "
-            f"{r['pinned_fraction']:>6.2f}  {r['eval_s']:>6.1f}"
+            f"{r['version']:>7}  {r['step']:>4}  {_cell(r['em'], 5)}  {_cell(r['f1'], 5)}  "
+            f"{_cell(r['search_rate'], 10)}  {_cell(r['answer_copied_rate'], 8)}"
+            + (f"  {_cell(r['train_em'], 10)}" if train else "")
+            + f"  {r['pinned_fraction']:>6.2f}  {r['eval_s']:>6.1f}"
         )
     return "\n".join(lines)
+
+
+def _cell(value: Optional[float], width: int) -> str:
+    """A percentage of the table, `-` where the workflow has no such number (no EM for a plugin
+    that is not question answering)."""
+    return f"{value:>{width}.1f}" if value is not None else "-".rjust(width)
 
 
 def plot_curve(rows: List[Dict[str, Any]], path: str) -> Optional[str]:

@@ -16,6 +16,12 @@ from .services import eval_services
 from .summary import summarize
 
 
+def eval_method(cfg: RunConfig) -> str:
+    """The workflow to evaluate: `eval.method`, else the one training runs (`rollout.workflow`),
+    so that evaluating a plugin's config evaluates the plugin's workflow."""
+    return cfg.eval.method or cfg.rollout.workflow
+
+
 def eval_tasks(cfg: RunConfig) -> Tuple[str, List[Task]]:
     path = cfg.eval.data or os.path.join(cfg.world.dir, "test.jsonl")
     tasks = read_tasks(path)
@@ -29,7 +35,7 @@ def run_eval(cfg: RunConfig, progress: bool = True) -> Tuple[Dict[str, Any], str
     from areal_mem.rollout.workflows import build_workflow
 
     data_path, tasks = eval_tasks(cfg)
-    method = cfg.eval.method
+    method = eval_method(cfg)
     workflow = build_workflow(method)  # fail on a bad name before starting servers
     safe = method.replace(":", "_").replace("/", "_")
     out_dir = cfg.eval.out_dir or os.path.join(cfg.run_dir, "eval", safe)

@@ -16,6 +16,8 @@ from areal_mem.rollout.rewards.metrics import normalize_answer, substring_match
 from areal_mem.rollout.workflows.base import Workflow, WorkflowContext, prefill_tokens, run_episode, turn_lengths
 from areal_mem.trajectory import Trajectory
 
+# copied from `Trajectory.info` where the workflow recorded them: the episode's shape (every
+# built-in loop), the answer metrics (`QAScoring`'s; not a calculator's, say)
 RECORD_KEYS = ("answer", "em", "f1", "acc", "num_turns", "tool_calls", "end_reason", "format_error")
 
 
@@ -71,7 +73,7 @@ async def evaluate(
             "question": task.question,
             "golden_answers": task.golden_answers,
             "reward": traj.reward,
-            **{k: traj.info[k] for k in RECORD_KEYS},
+            **{k: traj.info[k] for k in RECORD_KEYS if k in traj.info},
             "context_tokens": turn_lengths(traj.info),
             "prefill_tokens": prefill_tokens(traj),
             **search_provenance(traj, task, lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=False)),

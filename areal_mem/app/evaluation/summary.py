@@ -1,4 +1,8 @@
-"""Aggregate per-question results into the numbers of a paper-style table."""
+"""Aggregate per-question results into the numbers of a paper-style table.
+
+A number whose key no record holds is None, not 0: a workflow scored without the answer
+metrics (a plugin's, not question answering) has no EM, and a 0 would pass for a measured one.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,12 @@ from typing import Any, Dict, List, Optional
 
 def _mean(values: List[float]) -> float:
     return sum(values) / len(values) if values else 0.0
+
+
+def _mean_of(records: List[Dict[str, Any]], key: str, digits: int, scale: float = 1.0) -> Optional[float]:
+    """`scale` times the mean of `key` over the records that have it, rounded; None when none has it."""
+    having = [float(r[key]) for r in records if key in r]
+    return round(scale * _mean(having), digits) if having else None
 
 
 def context_tokens_by_turn(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -34,9 +44,9 @@ def by_type(records: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     return {
         t: {
             "questions": len(rs),
-            "em": round(100 * _mean([r["em"] for r in rs]), 2),
-            "f1": round(100 * _mean([r["f1"] for r in rs]), 2),
-            "mean_tool_calls": round(_mean([r["tool_calls"] for r in rs]), 3),
+            "em": _mean_of(rs, "em", 2, scale=100),
+            "f1": _mean_of(rs, "f1", 2, scale=100),
+            "mean_tool_calls": _mean_of(rs, "tool_calls", 3),
             "mean_prefill_tokens": _mean_present(rs, "prefill_tokens"),
             **_rate(rs, "golden_in_search"),
             **_rate(rs, "first_hop_in_search"),
@@ -59,20 +69,21 @@ def _rate(records: List[Dict[str, Any]], key: str) -> Dict[str, float]:
 
 
 def summarize(records: List[Dict[str, Any]], method: str, data: str) -> Dict[str, Any]:
-    answered = [r for r in records if r["answer"]]
+    answered = [r for r in records if r.get("answer")]
+    calls = [r["tool_calls"] for r in records if "tool_calls" in r]
     return {
         "method": method,
         "data": data,
         "questions": len(records),
-        "em": round(100 * _mean([r["em"] for r in records]), 2),  # percent, as papers report
-        "f1": round(100 * _mean([r["f1"] for r in records]), 2),
-        "acc": round(100 * _mean([r["acc"] for r in records]), 2),
+        "em": _mean_of(records, "em", 2, scale=100),  # percent, as papers report
+        "f1": _mean_of(records, "f1", 2, scale=100),
+        "acc": _mean_of(records, "acc", 2, scale=100),
         "reward": round(_mean([r["reward"] for r in records]), 4),
-        "mean_turns": round(_mean([r["num_turns"] for r in records]), 3),
-        "mean_tool_calls": round(_mean([r["tool_calls"] for r in records]), 3),
+        "mean_turns": _mean_of(records, "num_turns", 3),
+        "mean_tool_calls": _mean_of(records, "tool_calls", 3),
         # where answers come from (percent): questions searched at all, searches that returned a
         # golden answer, and answered questions whose answer occurs in what was retrieved
-        "search_rate": round(100 * _mean([float(r["tool_calls"] > 0) for r in records]), 2),
+        "search_rate": round(100 * _mean([float(n > 0) for n in calls]), 2) if calls else None,
         "golden_in_search_rate": round(100 * _mean([float(r["golden_in_search"]) for r in records]), 2),
         "answer_copied_rate": round(100 * _mean([float(r["answer_in_search"]) for r in answered]), 2),
         # prompt tokens of every generation request, summed per episode: a generator's prefill
@@ -81,5 +92,5 @@ def summarize(records: List[Dict[str, Any]], method: str, data: str) -> Dict[str
         "peak_context_tokens": max((max(r["context_tokens"], default=0) for r in records), default=0),
         "context_tokens_by_turn": context_tokens_by_turn(records),
         "by_type": by_type(records),
-        "end_reasons": dict(Counter(r["end_reason"] for r in records)),
+        "end_reasons": dict(Counter(r["end_reason"] for r in records if "end_reason" in r)),
     }
