@@ -17,6 +17,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from .ranges import check_ranges
 from .run import RunConfig
 
 
@@ -35,6 +36,7 @@ def load_config(
     `optional` names required keys that this caller does not use (a buffer needs no
     `model.path`); they may stay unset.
     """
+    files, overrides = list(files), list(overrides)
     cfg = OmegaConf.structured(schema)
     for path in files:
         cfg = _merge(cfg, _read_yaml(path), source=path, yaml_path=path)
@@ -57,7 +59,24 @@ def load_config(
         OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     except OmegaConfBaseException as e:
         raise ConfigError(f"key {e.full_key!r}: {_first_line(e)}") from None
+    if schema is RunConfig:  # every numeric key within its declared range (config/ranges.py)
+        try:
+            check_ranges(cfg, lambda key: _where_set(key, files, overrides))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     return cfg
+
+
+def _where_set(key: str, files: list, overrides: list) -> str:
+    """Where `key` got its value: the last override or file line that sets it, else the default."""
+    for item in reversed(overrides):
+        if item.split("=", 1)[0].lstrip("+~") == key:
+            return f"command-line override {item!r}"
+    for path in reversed(files):
+        line = _line_of(path, key, exact=True)
+        if line:
+            return f"{path}:{line}"
+    return "the schema's default"
 
 
 def load_run(files: Iterable[str] = (), overrides: Iterable[str] = (), optional: Iterable[str] = ()) -> RunConfig:
@@ -159,8 +178,8 @@ def _expected_type(schema: type, dotted: str) -> str:
     return getattr(typ, "__name__", str(typ))
 
 
-def _line_of(path: str, dotted: str) -> Optional[int]:
-    """1-based line of `dotted` (or its deepest present parent) in a YAML file."""
+def _line_of(path: str, dotted: str, exact: bool = False) -> Optional[int]:
+    """1-based line of `dotted` (or its deepest present parent; None then when `exact`) in a YAML file."""
     try:
         with open(path, encoding="utf-8") as f:
             node = yaml.compose(f)
@@ -175,7 +194,7 @@ def _line_of(path: str, dotted: str) -> Optional[int]:
                 line, node = k.start_mark.line + 1, v
                 break
         else:
-            break
+            return None if exact else line
     return line
 
 

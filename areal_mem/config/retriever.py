@@ -80,9 +80,14 @@ class RetrieverConfig:
     max_top_n: int = 100  # requests asking for more get HTTP 400
     max_queries: int = 1024  # queries in one batch request
     max_body_bytes: int = 1 << 20  # larger request bodies get HTTP 413
+    # a longer query gets HTTP 400 naming it: BM25's cost grows with the query's terms, and one
+    # search thread serves everyone (a 900 kB query took 1.9 s; questions and model queries are
+    # under 1,000 characters)
+    max_query_chars: int = 4096
     batch_window_ms: float = 0.0  # extra wait for company; 0: take what queued during the last search
     max_batch_size: int = 64  # queries per micro-batch; 1 = one at a time (the global-lock baseline)
     cache_size: int = 0  # LRU cache of (query, top_n) answers in the service, in entries; 0: off
+    cache_mb: float = 64.0  # ...and at most this many MiB of queries and answers; 0: off
     token: str = ""  # shared bearer token, required for a non-loopback bind
     timeout_s: float = 30.0  # client: per request
     max_retries: int = 3  # client: retries on connection errors and 5xx, with backoff
