@@ -53,9 +53,11 @@ def check_bind(service: str, host: str, token: Optional[str]) -> None:
 
 def token_matches(header_value: Optional[str], token: str) -> bool:
     """Constant-time check of an `Authorization: Bearer <token>` header value."""
-    if not header_value or not header_value.startswith("Bearer "):
+    # RFC 7235: the auth scheme is case-insensitive ("bearer", "BEARER"); one or more spaces follow it
+    scheme, _, credentials = (header_value or "").partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip(" "):
         return False
-    return hmac.compare_digest(header_value[len("Bearer ") :].encode(), token.encode())
+    return hmac.compare_digest(credentials.strip(" ").encode(), token.encode())
 
 
 def bearer_auth_middleware(token: Optional[str]):

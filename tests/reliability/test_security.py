@@ -102,7 +102,8 @@ BAD_AUTH = [
     {"Authorization": "<token>"},
     {"Authorization": "Basic <token>"},
     {"Authorization": "Bearer <token>x"},
-    {"Authorization": "bearer <token>"},
+    {"Authorization": "bearer <token>x"},
+    {"Authorization": "Bearer<token>"},
     {"X-Api-Key": "<token>"},
 ]
 
