@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Literal, Optional, Type, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .protocol import BadRequest
+from .errors import BadRequest
 
 
 class _Body(BaseModel):

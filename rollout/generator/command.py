@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(e.torch_threads)
     server = build_server(model, e, token, args.weight_version, _weights_dirs(cfg, model))
     if args.paused:
-        server.engine.pause("abort")
+        server.service.engine.pause("abort")
 
     async def main() -> None:
         task = asyncio.ensure_future(serve(server, host, port, lambda url: write_ready_file(args.ready_file, url)))

@@ -19,7 +19,8 @@ from typing import Any, Dict, List, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .engine import Request
-from .protocol import BadRequest, ParsedGenerate
+from .errors import BadRequest
+from .protocol import ParsedGenerate
 from .sampling import ALL_TOKENS, SamplingSpec
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound
@@ -79,11 +80,6 @@ def parse(model, body: Any):
         if err["type"] == "extra_forbidden":
             raise BadRequest(f"{where}: not supported by the embedded generator") from None
         raise BadRequest(f"{where}: {err['msg']}") from None
-
-
-def openai_error(message: str, status: int) -> Dict[str, Any]:
-    kind = "invalid_request_error" if status < 500 else "internal_error"
-    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
 
 
 def spec_of(b: _Sampling, max_tokens: Optional[int], default_max: int) -> SamplingSpec:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .engine import Request
+from .errors import BadRequest
 from .sampling import ALL_TOKENS, SamplingSpec
 
 # The fields of SGLang's SamplingParams, in the schema's order (serde lists them in errors).
@@ -98,18 +99,6 @@ REFUSED_TOP = (
 CACHE_KEYS = ("extra_key", "cache_salt")
 MAX_SEQUENCES = 1024  # prompts x n in one request
 NO_PROMPT_LOGPROBS = -1  # SGLang's logprob_start_len default: output log-probs only
-
-
-class BadRequest(ValueError):
-    """Answered as HTTP 400 (or `status`) with SGLang's error shape."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
-
-
-def error_body(message: str, code: int = 400) -> Dict[str, Any]:
-    return {"error": {"message": message, "code": code}}
 
 
 def _typed(d: dict, key: str, kind, what: str, default=None):

@@ -1,0 +1,43 @@
+"""Text in and out of the served model, as every route family needs it.
+
+The tokenizer is optional (a model folder without one serves `input_ids` only), so the
+routes never touch it directly: encoding text without one is a 400, decoding gives "".
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from .engine import Request
+from .errors import BadRequest
+from .protocol import ParsedGenerate
+
+
+class TextCodec:
+    def __init__(self, tokenizer=None):
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> List[int]:
+        if self.tokenizer is None:
+            raise BadRequest("text: this model has no tokenizer; send input_ids")
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: List[int], skip_special_tokens: bool = True) -> str:
+        if self.tokenizer is None:
+            return ""
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_text(self, token: int) -> str:
+        return self.decode([token], False)
+
+    def output_text(self, item: ParsedGenerate, req: Request) -> str:
+        """The output text without the stop token or string that ended it (unless no_stop_trim),
+        as SGLang's detokenizer trims it; `output_ids` keep the token."""
+        matched = (req.finish or {}).get("matched")
+        ids = req.output_ids
+        if isinstance(matched, int) and not isinstance(matched, bool) and not item.spec.no_stop_trim and ids:
+            ids = ids[:-1]
+        text = self.decode(ids, item.spec.skip_special_tokens)
+        if isinstance(matched, str) and not item.spec.no_stop_trim and matched in text:
+            text = text[: text.index(matched)]
+        return text

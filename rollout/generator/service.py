@@ -1,0 +1,154 @@
+"""The one object every route family shares: the engine behind the embedded server.
+
+The engine (its step loop, pause state and weight version live there), the served model's
+metadata and text codec, the weight-update groups and the address served are held here once;
+the native, OpenAI and admin routes each take this object and keep no state of their own.
+`run` is how a route generates: it never blocks the event loop (the engine runs in its own
+thread and a finished request wakes its handler through the loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence, Tuple
+
+import torch
+
+from areal_mem.weight_transport import WeightGroup
+
+from .codec import TextCodec
+from .engine import Engine, Request
+from .errors import BadRequest, RequestError
+from .protocol import ParsedGenerate
+
+
+@dataclass
+class ModelMeta:
+    model_path: str
+    vocab_size: int
+    max_context_len: int
+
+
+def snapshot(req: Request, n: int) -> Request:
+    """`req` as it was when it held `n` output tokens (the engine thread goes on appending
+    while a streamed chunk is written), unfinished."""
+    spans = [[v, s, min(e, n)] for v, s, e in req.spans if s < n]
+    return dataclasses.replace(
+        req,
+        output_ids=req.output_ids[:n],
+        logprobs=req.logprobs[:n],
+        top_logprobs=req.top_logprobs[:n],
+        spans=spans,
+        finish=None,
+    )
+
+
+class EngineService:
+    def __init__(
+        self,
+        engine: Engine,
+        meta: ModelMeta,
+        codec: TextCodec,
+        group_timeout_s: float = 600.0,
+        weights_dirs: Sequence[str] = (),
+    ):
+        self.engine, self.meta, self.codec = engine, meta, codec
+        self.group_timeout_s = group_timeout_s
+        self.weights_dirs = list(weights_dirs)  # /update_weights_from_disk loads only inside these
+        self.groups: Dict[str, WeightGroup] = {}
+        self.host, self.port = "", 0  # where `serve` listens
+        self.started = int(time.time())
+
+    async def run(self, items: List[ParsedGenerate], on_event=None) -> Tuple[List[Request], list]:
+        """Generate every sequence of `items` together; returns their finished engine requests
+        and prompt log-probs. Without `on_event`, a sequence the engine failed fails the
+        request (500). With `on_event`, `await on_event(i, req, prompt_lp, finished)` runs for
+        every new token of sequence i (every stream_interval tokens) and once when it ends,
+        failed or not. A client that goes away (cancelled handler, broken stream) aborts them all."""
+        items[:] = [dataclasses.replace(it, rid=it.rid or uuid.uuid4().hex) for it in items]
+        rids = [it.rid for it in items]
+        if len(set(rids)) < len(rids):
+            raise BadRequest(f"rid {next(r for r in rids if rids.count(r) > 1)!r} appears twice in the request")
+        busy = [r for r in rids if self.engine.has_rid(r)]
+        if busy:
+            raise BadRequest(f"rid {busy[0]!r} is already in flight")
+        scored: Dict[tuple, Any] = {}  # n samples of one prompt share its prompt log-probs
+        keys = [(tuple(it.input_ids), it.spec.temperature, it.top_logprobs_num, wants_prompt(it)) for it in items]
+        for key, it in zip(keys, items):
+            if key not in scored:
+                scored[key] = await self._prompt_logprobs(it)
+        prompt_lps = [scored[key] for key in keys]
+        loop = asyncio.get_running_loop()
+        progress: asyncio.Queue = asyncio.Queue()
+        futures = [loop.create_future() for _ in items]
+        stream = on_event is not None
+        reqs = [self._request(it, i, loop, futures[i], progress, stream) for i, it in enumerate(items)]
+        for req in reqs:
+            self.engine.submit(req)
+        try:
+            left = len(reqs) if stream else 0
+            while left:
+                i, n = await progress.get()  # n: tokens at the event; None: the sequence ended
+                view = reqs[i] if n is None else snapshot(reqs[i], n)
+                await on_event(i, view, prompt_lps[i], n is None)
+                left -= n is None
+            await asyncio.gather(*futures)
+        except (asyncio.CancelledError, ConnectionError):  # the client went away: stop its requests
+            for rid in rids:
+                await asyncio.to_thread(self.engine.abort, rid, "client disconnected")
+            raise
+        failed = next((r for r in reqs if r.error is not None), None)
+        if failed is not None and not stream:
+            raise RequestError(failed.error, 500)
+        return reqs, prompt_lps
+
+    async def _prompt_logprobs(self, item: ParsedGenerate):
+        if not wants_prompt(item):
+            return None
+        return await asyncio.to_thread(
+            self.engine.prompt_logprobs, item.input_ids, item.spec.temperature, item.top_logprobs_num
+        )
+
+    def _request(self, item: ParsedGenerate, i: int, loop, fut, progress: asyncio.Queue, stream: bool) -> Request:
+        """The engine request of sequence `i`: `fut` resolves on the loop when it ends, and while
+        streaming every new token (every stream_interval tokens) puts `i` on `progress`."""
+
+        def done(req: Request) -> None:
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(req))
+            if stream:
+                loop.call_soon_threadsafe(progress.put_nowait, (i, None))
+
+        def token(req: Request) -> None:
+            n = len(req.output_ids)
+            if n % req.spec.stream_interval == 0:
+                loop.call_soon_threadsafe(progress.put_nowait, (i, n))
+
+        gen = None
+        if item.spec.sampling_seed is not None:
+            gen = torch.Generator(device=self.engine.device)
+            gen.manual_seed(item.spec.sampling_seed)
+        return Request(
+            item.rid,
+            item.input_ids,
+            item.spec,
+            done,
+            generator=gen,
+            top_logprobs_num=item.top_logprobs_num if item.return_logprob else 0,
+            on_token=token if stream else None,
+            priority=item.priority,
+        )
+
+    async def close(self) -> None:
+        """Leave the weight-update groups and stop the engine (the app's cleanup)."""
+        for g in self.groups.values():
+            g.close()
+        await asyncio.to_thread(self.engine.stop)
+
+
+def wants_prompt(item: ParsedGenerate) -> bool:
+    """Whether `item` asked for its prompt's log-probs (`logprob_start_len` >= 0)."""
+    return item.return_logprob and item.logprob_start_len >= 0
