@@ -41,9 +41,13 @@ def _object(body: Any, allowed: tuple) -> dict:
     return body
 
 
-def _text(value: Any, field: str) -> str:
+def _text(value: Any, field: str, cfg: RetrieverConfig) -> str:
     if not isinstance(value, str):
         raise RequestError(field, f"must be a string, got {type(value).__name__}")
+    if len(value) > cfg.max_query_chars:  # a search's cost grows with its terms; one thread serves all
+        raise RequestError(
+            field, f"is {len(value)} characters long, at most {cfg.max_query_chars} (retriever.max_query_chars)"
+        )
     if not value.strip():
         raise RequestError(field, "must not be empty")
     try:
@@ -60,7 +64,7 @@ def _texts(value: Any, field: str, cfg: RetrieverConfig) -> List[str]:
         raise RequestError(field, "must hold at least one query")
     if len(value) > cfg.max_queries:
         raise RequestError(field, f"holds {len(value)} queries, at most {cfg.max_queries} are allowed")
-    return [_text(v, f"{field}[{i}]") for i, v in enumerate(value)]
+    return [_text(v, f"{field}[{i}]", cfg) for i, v in enumerate(value)]
 
 
 def _count(value: Any, field: str, cfg: RetrieverConfig) -> int:
@@ -83,7 +87,7 @@ def _memsearcher(body: Any, cfg: RetrieverConfig, batch: bool) -> Query:
     if "query" not in b:
         raise RequestError("query", "is required")
     return Query(
-        _texts(b["query"], "query", cfg) if batch else [_text(b["query"], "query")],
+        _texts(b["query"], "query", cfg) if batch else [_text(b["query"], "query", cfg)],
         _count(b.get("top_n", MEMSEARCHER_DEFAULT_TOP_N), "top_n", cfg),
         _flag(b.get("return_score", False), "return_score"),
     )
