@@ -85,7 +85,7 @@ class ChildProcess:
             return ""
 
     def signal_group(self, sig: int) -> None:
-        if self.alive():
+        if self.proc is not None and self.alive():
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:

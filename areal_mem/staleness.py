@@ -42,12 +42,14 @@ class StalenessManager:
 
     def capacity(self) -> int:
         """How many more groups may start now (AReaL's formula; may be negative)."""
+        assert self.clock is not None  # set in __post_init__
         bound = (self.max_staleness + self.clock + 1) * self.batch_groups
         return min(self.max_running - self.running, bound - (self.accepted + self.running))
 
     def set_version(self, version: int) -> None:
         """The learner pushed `version`; the clock advances by the batches trained since."""
         self.version = version
+        assert self.clock is not None  # set in __post_init__
         self.clock = max(self.clock, min(version, self.trained_batches))
 
     def on_trained(self) -> None:

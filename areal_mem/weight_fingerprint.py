@@ -28,7 +28,7 @@ over its fused tensors, which no learner can reproduce).
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -59,7 +59,7 @@ class _RowSums:
             raise ValueError(f"cannot fingerprint {t.dtype} tensors (elements of 1, 2 or 4 bytes only)")
         bits = t.contiguous().view(-1).view(bits_dtype)
         dev = t.device
-        f64 = dict(dtype=torch.float64, device=dev)
+        f64: Dict[str, Any] = dict(dtype=torch.float64, device=dev)
         if dev not in self.weights:
             self.weights[dev] = torch.stack([torch.ones(COLS, **f64), torch.arange(1, COLS + 1, **f64)], dim=1)
         weights = self.weights[dev]

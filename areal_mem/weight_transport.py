@@ -91,7 +91,7 @@ class WeightGroup:
             # Rank 0 serves the store itself (a tcp:// rendezvous would, under torchrun, become a
             # client of the launcher's store and no one would serve the weight group's); it does
             # not wait for the workers' registration: the group's own set-up waits for them.
-            store = dist.TCPStore(
+            store: dist.Store = dist.TCPStore(
                 master_address, master_port, world_size, is_master=True, timeout=timeout, wait_for_workers=False
             )
         else:
@@ -108,7 +108,7 @@ class WeightGroup:
             [],
             c10d.Backend(backend),
             store,
-            group_name=group_name,
+            group_name=group_name,  # type: ignore[arg-type]  # torch types it as GroupName, a NewType of str
             backend_options=None,
             timeout=timeout,
         )

@@ -83,6 +83,7 @@ def _retriever_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from areal_mem.extras import MissingExtra
     from areal_mem.security import InsecureBindError
 
     from .corpus import CorpusError
@@ -90,13 +91,14 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         return _build(args) if args.action == "build" else _serve(args)
-    except (CorpusError, IndexMismatchError, InsecureBindError, FileNotFoundError) as e:
+    except (CorpusError, IndexMismatchError, InsecureBindError, FileNotFoundError, MissingExtra) as e:
         print(f"areal-mem retriever {args.action}: {e}", file=sys.stderr)
         return 2
 
 
 def _build(args: argparse.Namespace) -> int:
     from areal_mem.config.retriever import FaissIndexType, IndexKind
+    from areal_mem.extras import require
 
     from .build import build_index
     from .encoder import set_threads
@@ -112,6 +114,8 @@ def _build(args: argparse.Namespace) -> int:
         rc.chunk_size = args.chunk_size
     if args.split_title:
         rc.split_title = True
+    if rc.kind == IndexKind.dense:  # before the corpus is read
+        require(("cpu", "gpu"), ["faiss"], "a dense index")
     set_threads(rc.threads)
     m = build_index(args.corpus, args.out, rc.kind, rc, show_progress=not args.quiet)
     rate = m.count / m.build_seconds if m.build_seconds else float("nan")
@@ -120,10 +124,13 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from areal_mem.config.retriever import IndexKind
+    from areal_mem.extras import require
     from areal_mem.security import check_bind
 
     from .encoder import set_threads
     from .index import load_index
+    from .manifest import MANIFEST, Manifest
     from .server import serve
 
     rc = _retriever_config(args)
@@ -136,6 +143,9 @@ def _serve(args: argparse.Namespace) -> int:
         if getattr(args, flag) is not None:
             setattr(rc, key, getattr(args, flag))
     rc.token = rc.token or os.environ.get(TOKEN_ENV, "")
+    index_dir = args.index or rc.index_dir
+    if os.path.isfile(os.path.join(index_dir, MANIFEST)) and Manifest.load(index_dir).kind == IndexKind.dense.value:
+        require(("cpu", "gpu"), ["faiss"], "a dense index")  # before the encoder and the index load
     check_bind("retriever", rc.host, rc.token)  # before the slow index load
     set_threads(rc.threads)
     explicit_encoder = None
@@ -143,7 +153,7 @@ def _serve(args: argparse.Namespace) -> int:
         rc.encoder.path = args.encoder or rc.encoder.path
         explicit_encoder = rc.encoder
     index = load_index(
-        args.index or rc.index_dir,
+        index_dir,
         encoder=explicit_encoder,
         corpus_path=args.corpus,
         faiss=rc.faiss,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv (if absent) and install areal-mem into it for CPU.
 #   scripts/setup.sh          core install with the CPU faiss (what the debug training needs)
-#   scripts/setup.sh test     plus the test, ray and bench extras and SGLang's schema file (no CUDA)
+#   scripts/setup.sh test     plus the test and ray extras and SGLang's schema file (no CUDA)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 # The CPU build first: any other torch request would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install --quiet torch==2.13.0
 if [ "${1:-}" = "test" ]; then
-  .venv/bin/python -m pip install --quiet -e '.[cpu,test,ray,bench]'
+  .venv/bin/python -m pip install --quiet -e '.[cpu,test,ray]'
   # Only for the contract test: SGLang's api_types.py is read by path, the package never imported.
   .venv/bin/python -m pip install --quiet --no-deps sglang==0.5.23
 else

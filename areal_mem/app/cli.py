@@ -15,6 +15,7 @@ import sys
 from typing import List, Optional
 
 from areal_mem.config import ConfigError
+from areal_mem.extras import MissingExtra
 
 COMMANDS = {
     "config": "areal_mem.app.commands.config",
@@ -84,6 +85,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return int(args._run(args) or 0)
     except ConfigError as e:
         print(f"areal-mem {args.command}: config error: {e}", file=sys.stderr)
+        return 2
+    except MissingExtra as e:  # raised at a command's start (areal_mem.extras.require)
+        print(f"areal-mem {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"areal-mem {args.command}: interrupted", file=sys.stderr)

@@ -36,9 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 class TrainPipeline:
     def __init__(self, cfg: RunConfig, evaluate: bool = True) -> None:
-        from .launch.plan import require_publisher
+        from .launch.plan import require_extras, require_publisher
 
-        require_publisher(cfg)  # before the stages that come first take their minutes
+        # before the stages that come first take their minutes
+        require_extras(cfg, launcher=True, retriever=True, curve=True)
+        require_publisher(cfg)
         self.cfg, self.evaluate = cfg, evaluate
         if cfg.learner.sft.warm_start and not any(map(os.path.exists, (self.sft_config(), self.demos_path()))):
             from .demonstrations import oracle_class
@@ -247,7 +249,10 @@ class TrainPipeline:
         self.results["eval_during"] = [{k: r[k] for k in keep if k in r} for r in rows]
         print("[train] dev evaluation beside training:\n" + curve_table(rows), flush=True)
         png = plot_curve(rows, os.path.join(policy_snapshots.root(self.cfg.run_dir), "curve.png"))
-        print(f"[train] dev curve: {png or 'no plot (pip install -e .[bench] for matplotlib)'}", flush=True)
+        print(
+            f"[train] dev curve: {png or 'not drawn: matplotlib did not import (a core dependency; reinstall areal-mem)'}",
+            flush=True,
+        )
 
     def _run(self, name: str, argv: List[str], env: Optional[Dict[str, str]] = None) -> None:
         logs = os.path.join(self.cfg.run_dir, "logs")

@@ -11,7 +11,7 @@ import dataclasses
 import enum
 import os
 import typing
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional, cast
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -88,7 +88,7 @@ def load_run(files: Iterable[str] = (), overrides: Iterable[str] = (), optional:
     for key in OmegaConf.missing_keys(cfg) & set(optional):
         OmegaConf.update(cfg, key, "")
     try:
-        return OmegaConf.to_object(cfg)
+        return cast(RunConfig, OmegaConf.to_object(cfg))
     except ValueError as e:
         raise ConfigError(_first_line(e)) from None
 
@@ -129,7 +129,7 @@ def _read_yaml(path: str) -> DictConfig:
 
 def _merge(cfg: DictConfig, other: Any, source: str, yaml_path: str = "") -> DictConfig:
     try:
-        return OmegaConf.merge(cfg, other)
+        return cast(DictConfig, OmegaConf.merge(cfg, other))  # merging onto a DictConfig gives one
     except OmegaConfBaseException as e:
         key = e.full_key or ""
         where = source

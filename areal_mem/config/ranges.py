@@ -201,7 +201,7 @@ def _values(merged: DictConfig, key: str) -> Iterator[Tuple[str, object]]:
         yield key, OmegaConf.select(merged, key, default=None)
         return
     node = OmegaConf.select(merged, head, default=None)
-    for name in node.keys() if isinstance(node, DictConfig) else ():
+    for name in map(str, node.keys()) if isinstance(node, DictConfig) else ():
         yield from _values(merged, f"{head}.{name}.{tail}")
 
 

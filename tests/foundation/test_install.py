@@ -46,7 +46,7 @@ def test_the_cpu_install_takes_the_cpu_faiss_and_no_cuda(tmp_path):
     assert got["torch"].startswith("2.13.0")
 
 
-@pytest.mark.parametrize("extras", ["", "[ray,bench,test]"])
+@pytest.mark.parametrize("extras", ["", "[ray,test]"])
 def test_no_faiss_without_the_cpu_or_gpu_extra(tmp_path, extras):
     got = _resolve(tmp_path, "torch==2.13.0", f"{ROOT}{extras}")
     assert not FAISS & set(got)

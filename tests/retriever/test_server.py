@@ -10,6 +10,8 @@ import pytest
 
 from areal_mem.retriever.launch import start_retriever
 
+pytestmark = pytest.mark.integration  # every test reaches a service (some by request.getfixturevalue)
+
 
 def post(url, body, raw=False, headers=None):
     data = body if raw else json.dumps(body).encode()

@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from areal_mem.data import DataError
     from areal_mem.rollout.registry import PluginError
 
+    from ..launch.plan import require_extras
     from .evaluate import run_eval
 
     overrides = list(args.overrides)
@@ -36,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
             overrides.append(f"{key}={flag}")
     args.overrides = overrides
     cfg = config_from_args(args)
+    # before any server starts: the retriever it may start over a dense index needs faiss
+    replay_only = bool(cfg.rollout.replay_tools) and not cfg.rollout.replay_fallback
+    require_extras(cfg, launcher=False, retriever=not replay_only, curve=False)
     try:
         summary, out_dir = run_eval(cfg, progress=not args.quiet)
     except (DataError, PluginError, FileNotFoundError) as e:

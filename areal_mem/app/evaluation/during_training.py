@@ -284,13 +284,14 @@ def _cell(value: Optional[float], width: int) -> str:
 
 
 def plot_curve(rows: List[Dict[str, Any]], path: str) -> Optional[str]:
-    """EM and F1 against version as a PNG; None when matplotlib (the `bench` extra) is absent."""
+    """EM and F1 against version as a PNG. matplotlib is a core dependency, checked when the run
+    starts (`require_extras`); None only where it still fails to import (a broken install)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ModuleNotFoundError:
+    except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(6, 3.5))
     versions = [r["version"] for r in rows]

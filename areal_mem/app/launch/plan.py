@@ -7,13 +7,17 @@ addresses of the services to the learner and the workers as config overrides.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List
 
 from areal_mem.config import ConfigError, RunConfig
 from areal_mem.config.eval import EvalPlacement
 from areal_mem.config.generator import GeneratorBackend
+from areal_mem.config.launcher import LauncherKind
 from areal_mem.config.learner import PublisherKind
+from areal_mem.config.retriever import IndexKind
+from areal_mem.extras import require
 
 AFFINITY_ENV = "AREAL_MEM_CPUS"  # CPUs a process pins itself to at start (`areal_mem.app.cli.main`)
 ROLES = ("retriever", "generator", "buffer", "learner", "rollout", "evaluator")
@@ -155,6 +159,35 @@ def require_publisher(cfg: RunConfig) -> None:
             f"launcher.gpus_per_generator={tp} tensor-parallel ranks and every one joins the weight group "
             "(the rendezvous would wait for the missing ones until it times out): set them equal"
         )
+
+
+def serves_dense_index(cfg: RunConfig) -> bool:
+    """The run serves a dense index itself: no `retriever.urls`, and the index in
+    `retriever.index_dir` (or, none built yet, `retriever.kind`) is dense."""
+    r = cfg.retriever
+    if r.urls:
+        return False
+    if os.path.exists(os.path.join(r.index_dir, "manifest.json")):
+        from areal_mem.retriever.manifest import IndexMismatchError, Manifest
+
+        try:
+            return Manifest.load(r.index_dir).kind == IndexKind.dense.value
+        except IndexMismatchError:
+            return False  # refused with its reason where the index is loaded
+    return r.kind == IndexKind.dense
+
+
+def require_extras(cfg: RunConfig, *, launcher: bool, retriever: bool, curve: bool) -> None:
+    """The modules outside the core install that this run will need, checked before it starts
+    anything (areal_mem.extras): ray for `launcher.kind=ray` (`launcher`), faiss where it serves
+    a dense index itself (`retriever`), matplotlib (core) for the dev curve of the evaluation
+    beside training (`curve`, with `eval.interval` > 0)."""
+    if launcher and cfg.launcher.kind == LauncherKind.ray:
+        require("ray", ["ray"], "launcher.kind=ray")
+    if retriever and serves_dense_index(cfg):
+        require(("cpu", "gpu"), ["faiss"], f"a dense index (retriever.index_dir={cfg.retriever.index_dir})")
+    if curve and cfg.eval.interval > 0:
+        require("", ["matplotlib"], "the dev curve of eval.interval > 0 (eval_during/curve.png)")
 
 
 def worker_specs(cfg: RunConfig, config_path: str, addresses: Addresses) -> List[ProcessSpec]:
