@@ -81,3 +81,14 @@ def test_the_dev_curve_of_a_training_run_needs_matplotlib(monkeypatch, capsys, t
     err = run_refused(["train", "--config", DEBUG, f"run_dir={run_dir}", "eval.interval=10"], capsys, run_dir)
     assert "areal-mem train: the dev curve of eval.interval > 0 (eval_during/curve.png) needs matplotlib" in err
     assert "a core dependency of areal-mem" in err
+
+
+def test_the_core_install_draws_the_dev_curve(tmp_path):
+    """matplotlib is a core dependency: the curve a training run ends with is drawn, not skipped."""
+    from areal_mem.app.evaluation.during_training import plot_curve
+
+    rows = [{"version": v, "em": 10.0 * v, "f1": 12.0 * v, "train_em": 11.0 * v, "questions": 32} for v in range(3)]
+    path = plot_curve(rows, str(tmp_path / "curve.png"))
+    assert path == str(tmp_path / "curve.png")
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
