@@ -13,6 +13,11 @@ group's simultaneous identical first searches cost one query; they count as hits
 
 The service loads its index once and never swaps it, and the cache lives and dies with the
 service's app, so a changed index (a restart) always starts with an empty cache.
+
+It is bounded twice: by entries (`retriever.cache_size`) and by bytes (`retriever.cache_mb`),
+since 1,000 entries of long queries with long passages can hold a gigabyte. An entry's bytes are
+those of its query and of its documents' strings as UTF-8 (plus a fixed charge per hit for the
+objects around them): what a client controls and what grows with the corpus.
 """
 
 from __future__ import annotations
@@ -21,15 +26,29 @@ import asyncio
 from collections import OrderedDict
 from typing import Awaitable, Callable, Dict, List, Tuple
 
+HIT_OVERHEAD = 200  # bytes charged per hit for the dict, the tuple and the float around its strings
+
 Key = Tuple[str, int]
 Search = Callable[[str, int], Awaitable[list]]  # (query, top_n) -> hits
 
 
+def entry_bytes(query: str, hits: list) -> int:
+    """What one cached answer costs: its query and its documents' strings, plus a charge per hit."""
+    size = len(query.encode("utf-8", "surrogatepass"))
+    for doc, _score in hits:
+        size += HIT_OVERHEAD + sum(len(str(v).encode("utf-8", "surrogatepass")) for v in doc.values())
+    return size
+
+
 class QueryCache:
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, max_bytes: int = 0):
+        """`capacity` entries and, with `max_bytes` > 0, at most that many bytes (`entry_bytes`);
+        an answer larger than `max_bytes` alone is returned but not kept."""
         if capacity < 1:
             raise ValueError(f"retriever.cache_size must be >= 1 to cache (0 turns the cache off), got {capacity}")
-        self.capacity = capacity
+        self.capacity, self.max_bytes = capacity, max_bytes
+        self.bytes = 0
+        self._sizes: Dict[Key, int] = {}
         self._entries: OrderedDict[Key, list] = OrderedDict()
         self._pending: Dict[Key, asyncio.Future] = {}
         self.hits = 0
@@ -73,10 +92,18 @@ class QueryCache:
         finally:
             del self._pending[key]
         fut.set_result(hits)
-        self._entries[key] = hits
-        if len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        self._keep(key, hits)
         return hits
+
+    def _keep(self, key: Key, hits: list) -> None:
+        size = entry_bytes(key[0], hits)
+        if self.max_bytes and size > self.max_bytes:
+            return
+        self._entries[key], self._sizes[key] = hits, size
+        self.bytes += size
+        while len(self._entries) > self.capacity or (self.max_bytes and self.bytes > self.max_bytes):
+            old, _ = self._entries.popitem(last=False)
+            self.bytes -= self._sizes.pop(old)
 
     async def get_many(self, queries: List[str], top_n: int, search: Search) -> List[list]:
         return list(await asyncio.gather(*(self.get(q, top_n, search) for q in queries)))
@@ -86,6 +113,8 @@ class QueryCache:
         return {
             "size": len(self._entries),
             "capacity": self.capacity,
+            "bytes": self.bytes,
+            "max_bytes": self.max_bytes,
             "hits": self.hits,
             "misses": self.misses,
             "hit_rate": round(self.hits / asked, 4) if asked else 0.0,

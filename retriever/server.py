@@ -44,7 +44,7 @@ def make_app(index: Index, cfg: RetrieverConfig) -> web.Application:
         batcher.start()
         app[BATCHER] = batcher
         if cfg.cache_size:
-            app[CACHE] = QueryCache(cfg.cache_size)
+            app[CACHE] = QueryCache(cfg.cache_size, int(cfg.cache_mb * 2**20))
         yield
         await batcher.close()
 

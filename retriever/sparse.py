@@ -1,8 +1,10 @@
 """BM25 with bm25s: the corpus is tokenised chunk by chunk into ids, scored once, saved as arrays.
 
 The bm25s tokenizer's vocabulary is saved next to the score matrix, so queries are mapped onto
-exactly the ids the index was built with (unknown words are dropped; a query with none left
-scores every document 0).
+exactly the ids the index was built with (unknown words are dropped). A document none of whose
+words a query holds is not a hit, as in Lucene (Pyserini, which Search-R1's and FlashRAG's BM25
+retrievers use): a query matching fewer than k documents gets fewer than k back, and one with
+no known word gets none, instead of arbitrary documents of score 0.
 """
 
 from __future__ import annotations
@@ -75,22 +77,29 @@ class BM25Searcher:
         self.tokenizer.load_vocab(path)
         self.tokenizer.load_stopwords(path)
 
-    def _scores(self, tokens: List[int]) -> np.ndarray:
+    def _scores(self, tokens: List[int]) -> Tuple[np.ndarray, np.ndarray]:
+        """Every document's score, and whether it holds any of the query's words."""
         tokens = np.asarray(tokens, dtype=np.int64)
         starts, lengths = self.indptr[tokens], self.indptr[tokens + 1] - self.indptr[tokens]
         pos = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths - starts, lengths)
-        out = np.bincount(self.indices[pos], weights=self.data[pos], minlength=self.num_docs)
+        docs = self.indices[pos]
+        out = np.bincount(docs, weights=self.data[pos], minlength=self.num_docs)
+        matched = np.bincount(docs, minlength=self.num_docs) > 0
         if self.nonoccurrence is not None:
             out += self.nonoccurrence[tokens].sum()
-        return out.astype(np.float32)
+        return out.astype(np.float32), matched
 
     def search(self, queries: List[str], k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Rows and scores [queries, k], best first; row -1 where fewer than k documents match."""
         ids = self.tokenizer.tokenize(queries, update_vocab=False, return_as="ids", show_progress=False)
         rows = np.empty((len(ids), k), np.int64)
         scores = np.empty((len(ids), k), np.float32)
         for i, tokens in enumerate(ids):
-            s = self._scores(tokens)
+            s, matched = self._scores(tokens)
+            s = np.where(matched, s, -np.inf)  # below every match, whatever the method's floor
             top = np.argpartition(-s, k - 1)[:k] if k < len(s) else np.arange(len(s))
             rows[i] = top[np.argsort(-s[top], kind="stable")]
             scores[i] = s[rows[i]]
+            miss = ~matched[rows[i]]
+            rows[i][miss], scores[i][miss] = -1, 0.0
         return rows, scores

@@ -41,7 +41,9 @@ def test_hits_misses_lru_bound_and_same_answers(cached_server, bm25_server, titl
         assert got[0] == 200
         cache = cached_server.health()["cache"]
         assert (cache["hits"], cache["misses"], cache["size"]) == (hits, misses, size), (route, body)
-    assert cache == {"size": 3, "capacity": 3, "hits": 4, "misses": 5, "hit_rate": round(4 / 9, 4)}
+    counts = {k: cache[k] for k in ("size", "capacity", "hits", "misses", "hit_rate")}
+    assert counts == {"size": 3, "capacity": 3, "hits": 4, "misses": 5, "hit_rate": round(4 / 9, 4)}
+    assert 0 < cache["bytes"] <= cache["max_bytes"] == 64 * 2**20  # retriever.cache_mb
     assert cached_server.health()["queries"] - searched_before == 5  # only misses reach the index
     assert bm25_server.health()["cache"] is None  # off by default
 
@@ -67,3 +69,28 @@ def test_health_names_the_index_by_its_manifest_checksum(cached_server, bm25_ser
     assert moved.checksum() == checksum
     moved.count += 1
     assert moved.checksum() != checksum
+
+
+def test_the_cache_is_bounded_by_bytes_as_well_as_entries():
+    """1,000 entries of long answers could hold a gigabyte: `retriever.cache_mb` bounds the bytes."""
+    import asyncio
+
+    from areal_mem.retriever.cache import HIT_OVERHEAD, QueryCache, entry_bytes
+
+    async def search(query, top_n):
+        return [({"id": str(i), "contents": "x" * 1000}, 1.0) for i in range(top_n)]
+
+    one = entry_bytes("q0", asyncio.run(search("q0", 2)))
+    assert one == 2 + 2 * (HIT_OVERHEAD + 1 + 1000)
+
+    async def go():
+        cache = QueryCache(capacity=100, max_bytes=3 * one)
+        for i in range(5):
+            await cache.get(f"q{i}", 2, search)
+        assert (len(cache), cache.bytes) == (3, 3 * one)  # the two oldest left for the bytes
+        assert [k[0] for k in cache._entries] == ["q2", "q3", "q4"]
+        big = await cache.get("big", 7, search)  # larger than the whole budget: answered, not kept
+        assert len(big) == 7 and ("big", 7) not in cache._entries and cache.bytes == 3 * one
+        assert cache.stats()["max_bytes"] == 3 * one
+
+    asyncio.run(go())

@@ -119,3 +119,23 @@ def test_interrupted_build_leaves_no_loadable_index(tmp_path, corpus_path):
     assert not os.path.exists(out / "manifest.json")
     with pytest.raises(FileNotFoundError, match="no manifest.json"):
         load_index(str(out))
+
+
+def test_bm25_returns_only_documents_that_hold_a_query_word(bm25_dir, corpus_path):
+    """As Lucene (Pyserini) does: no document of score 0 for a word no document holds, and a word
+    held by one document finds that one alone, however many were asked for."""
+    import collections
+    import json
+    import re
+
+    with open(corpus_path) as f:
+        docs = [json.loads(line) for line in f]
+    holders = collections.defaultdict(set)
+    for d in docs:
+        for word in set(re.findall(r"[a-z]{4,}", d["contents"].lower())):
+            holders[word].add(d["id"])
+    rare = next(w for w, ids in sorted(holders.items()) if len(ids) == 1)
+    index = load_index(bm25_dir)
+    [none, one] = index.search(["qqqzzzxxy", rare], 5)
+    assert none == []
+    assert [doc["id"] for doc, _ in one] == list(holders[rare]) and one[0][1] > 0

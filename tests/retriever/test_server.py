@@ -52,16 +52,20 @@ def test_memsearcher_shapes(server, request, title_queries):
 def test_search_r1_shapes(server, request, title_queries):
     url = request.getfixturevalue(server).url
     (q, pid), (q2, pid2) = title_queries[2], title_queries[3]
+    # BM25 answers only documents holding a query word (as Lucene does): at most topk
+    matching = [len(r) for r in post(url + "/retrieve", {"queries": [q, q2], "topk": 50})[1]["result"]]
+    want = [min(3, n) for n in matching]
     status, out = post(url + "/retrieve", {"queries": [q, q2]})  # Search-R1's default topk is 3
-    assert status == 200 and set(out) == {"result"} and [len(r) for r in out["result"]] == [3, 3]
+    assert status == 200 and set(out) == {"result"} and [len(r) for r in out["result"]] == want
     assert all(is_doc(d) for r in out["result"] for d in r)
     assert pid in [d["id"] for d in out["result"][0]] and pid2 in [d["id"] for d in out["result"][1]]
     plain = out["result"]
     status, out = post(url + "/retrieve", {"queries": [q, q2], "topk": 3, "return_scores": True})
     assert status == 200
     for r, docs in zip(out["result"], plain):
-        assert len(r) == 3 and all(set(h) == {"document", "score"} for h in r)
-        assert [h["document"] for h in r] == docs and r[0]["score"] >= r[1]["score"] >= r[2]["score"]
+        assert len(r) == len(docs) and all(set(h) == {"document", "score"} for h in r)
+        scores = [h["score"] for h in r]
+        assert [h["document"] for h in r] == docs and scores == sorted(scores, reverse=True)
 
 
 @pytest.mark.parametrize(
@@ -169,7 +173,7 @@ def test_extra_corpus_fields_come_back_with_their_documents(tmp_path):
     index_dir = tmp_path / "index"
     build_index(str(corpus), str(index_dir), "bm25", show_progress=False)
     with start_retriever(str(index_dir)) as handle:
-        status, docs = post(handle.url + "/search", {"query": "Beimtim river", "top_n": 3})
+        status, docs = post(handle.url + "/search", {"query": "Beimtim river Hokskaesia Zerquaen", "top_n": 3})
         assert status == 200
         by_id = {d["id"]: d for d in docs}
         assert by_id["1"] == lines[0]
