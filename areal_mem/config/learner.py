@@ -122,16 +122,6 @@ class SFTConfig:
     # torch threads of the SFT stage of `areal-mem train`, which runs alone; 0: every core
     threads: int = 0
 
-    def __post_init__(self) -> None:
-        if self.batch_rows <= 0:
-            raise ValueError(f"learner.sft.batch_rows must be positive, got {self.batch_rows}")
-        if self.batch_tokens < 0:
-            raise ValueError(f"learner.sft.batch_tokens must be >= 0 (0: batch_rows rows), got {self.batch_tokens}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"learner.sft.warmup_steps must be >= 0, got {self.warmup_steps}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"learner.sft.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-
 
 @dataclass
 class LearnerConfig:

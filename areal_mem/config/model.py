@@ -22,12 +22,6 @@ class TinyModelConfig:
     # of 231 at vocabulary 2048); 0: the released prompt once, as before. Not a Qwen2Config field.
     workflow_text_repeats: int = 0
 
-    def __post_init__(self) -> None:
-        if self.workflow_text_repeats < 0:
-            raise ValueError(
-                f"model.init.workflow_text_repeats must be >= 0 (0: the released prompt once), got {self.workflow_text_repeats}"
-            )
-
 
 @dataclass
 class ModelConfig:

@@ -1,6 +1,6 @@
 """Rollout workers and the episode limits of a workflow (the workflows take `RolloutLimits` as it is)."""
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List
 
@@ -23,11 +23,6 @@ class RolloutLimits:
     max_new_tokens: int = 512  # per generation (action or memory)
     max_memory_tokens: int = 1024  # a longer memory ends the trajectory
     max_context_tokens: int = 4096  # prompt + response of one context
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            if getattr(self, f.name) < 1:
-                raise ValueError(f"rollout.limits.{f.name} must be at least 1, got {getattr(self, f.name)}")
 
 
 @dataclass

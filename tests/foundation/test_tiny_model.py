@@ -130,7 +130,7 @@ def test_a_negative_workflow_text_repeats_is_refused_by_name():
 
     from areal_mem.config import ConfigError, load_run
 
-    with pytest.raises(ConfigError, match="model.init.workflow_text_repeats must be >= 0"):
+    with pytest.raises(ConfigError, match="key 'model.init.workflow_text_repeats' is -1; allowed: >= 0"):
         load_run(overrides=["model.path=m", "model.init.workflow_text_repeats=-1"])
 
 

@@ -147,7 +147,7 @@ def test_sft_cosine_schedule_follows_deepspeed_warmup_cosine(tiny_model_dir, tmp
 def test_sft_schedule_keys_are_checked():
     from areal_mem.config import ConfigError, load_run
 
-    with pytest.raises(ConfigError, match="learner.sft.min_lr_ratio must be in"):
+    with pytest.raises(ConfigError, match="key 'learner.sft.min_lr_ratio' is 1.5; allowed: >= 0 and <= 1"):
         load_run(overrides=["model.path=m", "learner.sft.min_lr_ratio=1.5"])
     with pytest.raises(ConfigError, match="learner.sft.lr_schedule"):
         load_run(overrides=["model.path=m", "learner.sft.lr_schedule=linear"])

@@ -57,9 +57,9 @@ def test_a_row_longer_than_the_budget_is_a_batch_of_its_own():
 
 
 def test_batch_keys_are_checked():
-    with pytest.raises(ConfigError, match="learner.sft.batch_tokens must be >= 0"):
+    with pytest.raises(ConfigError, match="key 'learner.sft.batch_tokens' is -1; allowed: >= 0"):
         load_run(overrides=["model.path=m", "learner.sft.batch_tokens=-1"])
-    with pytest.raises(ConfigError, match="learner.sft.batch_rows must be positive"):
+    with pytest.raises(ConfigError, match="key 'learner.sft.batch_rows' is 0; allowed: >= 1"):
         load_run(overrides=["model.path=m", "learner.sft.batch_rows=0"])
 
 

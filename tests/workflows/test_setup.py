@@ -34,7 +34,7 @@ def test_sampling_limits_and_eval_overrides(tokenizer, retriever):
     assert set(ctx.tools) == {"wikipedia_search"} and ctx.tools["wikipedia_search"].default_top_n == 5
     greedy = build_context(_rollout(), ms, None, tokenizer, retriever, max_turns=20, temperature=0.0)
     assert (greedy.sampling.temperature, greedy.sampling.top_p, greedy.limits.max_turns) == (0.0, 1.0, 20)
-    with pytest.raises(ValueError, match="rollout.limits.max_turns must be at least 1, got 0"):
+    with pytest.raises(ValueError, match="key 'rollout.limits.max_turns' is 0; allowed: >= 1"):
         build_context(_rollout("rollout.limits.max_turns=0"), ms, None, tokenizer, retriever)
     with pytest.raises(ValueError, match="the wikipedia_search tool needs a retriever"):
         build_context(_rollout(), ms, None, tokenizer, None)
