@@ -21,6 +21,7 @@ COMMANDS = {
     "config": "areal_mem.app.commands.config",
     "world": "areal_mem.app.world.command",
     "init-model": "areal_mem.app.tiny_model",
+    "model": "areal_mem.app.model_import",
     "retriever": "areal_mem.retriever.command",
     "buffer": "areal_mem.buffer.command",
     "generator": "areal_mem.rollout.generator.command",

@@ -25,6 +25,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List
 
+from areal_mem import extras
+
 HELP = "import a model (a .gguf file, a transformers folder, or smollm2-135m-instruct) as a folder every service loads"
 
 RECORD = "areal_mem_import.json"
@@ -109,12 +111,6 @@ def gguf_architecture(path: str) -> tuple[str, Counter]:
     return arch, Counter(t.tensor_type.name for t in reader.tensors)
 
 
-def _require_gguf_packages() -> None:
-    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ImportRefused(f"reading a GGUF file needs {' and '.join(missing)}: pip install 'areal-mem[gguf]'")
-
-
 def check_markup(tokenizer: Any) -> Dict[str, int]:
     """The ids of the chat markup the workflows write and stop on; refused by name when absent."""
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in MARKUP}
@@ -133,7 +129,6 @@ def _load_gguf(path: str, record: ImportRecord):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    _require_gguf_packages()
     arch, tensor_types = gguf_architecture(path)
     if arch not in GGUF_SUPPORTED_ARCHITECTURES or arch in ("general", "tokenizer"):
         raise ImportRefused(
@@ -196,12 +191,14 @@ def import_model(src: str, out_dir: str, log=print) -> ImportRecord:
         )
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         raise ImportRefused(f"--out {out_dir} is not empty; choose a new folder")
+    is_gguf = kind in ("name", "gguf")
+    if is_gguf:  # before the minutes of hashing and loading
+        extras.require("gguf", ["gguf", "accelerate"], "importing a GGUF file")
     log(f"[model import] hashing {path}")
     source = {"given": src, "kind": kind, "path": path, "sha256": sha256_of(path)}
     source["bytes"] = os.path.getsize(path) if os.path.isfile(path) else sum(os.path.getsize(f) for f in _files(path))
     record = ImportRecord(source=source, architecture="", model_type="", parameters=0, dtype="")
     log(f"[model import] loading {kind} {path}")
-    is_gguf = kind == "name" or kind == "gguf"
     model, tokenizer = _load_gguf(path, record) if is_gguf else _load_folder(path, record)
     record.stop_tokens = check_markup(tokenizer)
     eos = record.stop_tokens["<|im_end|>"]

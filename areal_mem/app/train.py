@@ -180,11 +180,7 @@ class TrainPipeline:
         with open(summary_path, encoding="utf-8") as f:
             summary = json.load(f)
         self.results[f"eval_{tag}"] = {k: summary.get(k) for k in ("em", "f1", "acc", "mean_turns")}
-        print(
-            f"[train] {tag}: EM {summary['em']:.2f}% F1 {summary['f1']:.2f}% "  # the summary's percent
-            f"on {summary['questions']} questions, {summary['mean_turns']:.2f} turns each",
-            flush=True,
-        )
+        print(f"[train] {tag}: {summary_line(summary)}", flush=True)
         return summary
 
     def rl(self, start_model: str, on_tick: Optional[Callable[[object], None]] = None) -> str:
@@ -298,6 +294,14 @@ class TrainPipeline:
             json.dump(stages, f)
         os.replace(tmp, self.stage_times)  # a crash mid-write leaves the last complete file
         print(f"[train] {name} {'done in' if done else 'stopped after'} {seconds:.0f}s", flush=True)
+
+
+def summary_line(summary: dict) -> str:
+    """An evaluation's line: EM and F1 in percent where the workflow scores answers (a plugin's
+    own workflow may record neither: its summary holds null), else its mean reward."""
+    scores = " ".join(f"{k} {summary[k.lower()]:.2f}%" for k in ("EM", "F1") if summary.get(k.lower()) is not None)
+    scores = scores or f"reward {summary.get('reward', float('nan')):.3f}"
+    return f"{scores} on {summary['questions']} questions, {summary['mean_turns']:.2f} turns each"
 
 
 def _exit_on_signals() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
@@ -10,9 +9,11 @@ import shutil
 import sys
 from typing import Iterable, List, Optional, Sequence
 
+from areal_mem import extras
+
 PROG = "python -m benchmarks"
-# the pip extra of areal-mem that brings each optional module a benchmark may need
-EXTRAS = {"matplotlib": "bench", "faiss": "cpu"}
+# the pip extras of areal-mem that bring each module a benchmark may need ("": the core install)
+EXTRAS = {"matplotlib": "", "faiss": ("cpu", "gpu")}
 _COMMAND: List[str] = []  # the argv `python -m benchmarks` parsed (`record_command`)
 
 
@@ -37,31 +38,15 @@ def command_line() -> str:
     return f"{PROG} " + shlex.join(_COMMAND or sys.argv[1:])
 
 
-def missing_modules(modules: Iterable[str]) -> List[str]:
-    """The modules of `modules` that cannot be imported here."""
-    out = []
+def require(modules: Iterable[str], who: str) -> None:
+    """Exit 2 with one line naming what to install if any of `modules` is missing; called before a
+    benchmark starts anything, so that it does not fail after its arms ran."""
     for name in modules:
         try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            out.append(name)
-    return out
-
-
-def require(modules: Iterable[str], who: str) -> None:
-    """Exit 2 with one line naming the pip extra(s) to install if any of `modules` is missing;
-    called before a benchmark starts anything, so that it does not fail after its arms ran."""
-    missing = missing_modules(modules)
-    if not missing:
-        return
-    extras = ",".join(dict.fromkeys(EXTRAS.get(m, m) for m in missing))
-    print(
-        f"{who}: needs {', '.join(missing)}, which the core install leaves out: pip install -e '.[{extras}]'",
-        file=sys.stderr,
-    )
-    raise SystemExit(2)
+            extras.require(EXTRAS.get(name, name), [name], who)
+        except extras.MissingExtra as e:
+            print(e, file=sys.stderr)
+            raise SystemExit(2) from None
 
 
 def write_json(run_dir: str, name: str, data: dict) -> str:
@@ -90,8 +75,8 @@ def read_json(run_dir: str, name: str) -> Optional[dict]:
 
 
 def _pyplot():
-    """matplotlib.pyplot on the file backend; the core install leaves matplotlib out (extra `bench`):
-    a benchmark that plots lists it in its `NEEDS`, checked before it starts."""
+    """matplotlib.pyplot on the file backend; a benchmark that plots lists matplotlib in its
+    `NEEDS`, checked before it starts (a core dependency, so only a broken install lacks it)."""
     require(["matplotlib"], f"{PROG}: the plots")
     import matplotlib
 

@@ -88,3 +88,14 @@ def test_a_transformers_folder_is_written_with_its_record(tiny_model_dir, tmp_pa
     b = AutoModelForCausalLM.from_pretrained(str(tmp_path / "out")).state_dict()
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     assert not [n for n in os.listdir(tmp_path / "out") if n.startswith(".import-")]
+
+
+def test_a_gguf_without_the_gguf_extra_is_refused_before_any_work(monkeypatch, tmp_path):
+    from areal_mem import extras
+
+    real = extras.importlib.util.find_spec
+    monkeypatch.setattr(extras.importlib.util, "find_spec", lambda n, *a: None if n == "gguf" else real(n, *a))
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    with pytest.raises(extras.MissingExtra, match=r"importing a GGUF file needs the `gguf` extra"):
+        import_model(str(tmp_path / "m.gguf"), str(tmp_path / "out"), log=lambda *_: None)
+    assert not os.path.exists(tmp_path / "out")

@@ -30,8 +30,8 @@ class ProgressBar:
         for line in lines:
             row = json.loads(line)
             kind = row.get("kind", "train")
-            if kind == "eval_dev":  # the evaluation beside training (eval.interval)
-                self.dev = f"{row['em']:.3g}@v{row['step']}"
+            if kind == "eval_dev" and row.get("em") is not None:  # the evaluation beside training
+                self.dev = f"{row['em']:.3g}@v{row['step']}"  # (a workflow without EM shows none)
             if kind != "train":
                 continue
             self.bar.n = int(row.get("step", self.bar.n))
