@@ -92,6 +92,16 @@ class TrainPipeline:
             # positions in a split, so two runs' answers pair only on the same bytes
             with open(manifest, encoding="utf-8") as f:
                 self.results["world_sha256"] = json.load(f).get("sha256")
+        if cfg.model.source and cfg.model.build:
+            raise ConfigError("model.source and model.build both name where the model comes from: set one")
+        if cfg.model.source and not os.path.exists(os.path.join(cfg.model.path, "config.json")):
+            from .model_import import ImportRefused, import_model
+
+            log.info("importing %s into %s", cfg.model.source, cfg.model.path)
+            try:
+                import_model(cfg.model.source, cfg.model.path, log=log.info)
+            except ImportRefused as e:
+                raise ConfigError(f"model.source={cfg.model.source!r}: {e}") from None
         if cfg.model.build:
             from areal_mem.rollout.workflows.setup import workflow_texts
 
@@ -325,6 +335,8 @@ def run(args: argparse.Namespace) -> int:
     start = time.time()
     with pipeline.timed("prepare"):
         pipeline.prepare()
+    if cfg.eval.zero_shot and cfg.learner.sft.warm_start:
+        pipeline.eval(cfg.model.path, "zero_shot")
     start_model = pipeline.warm_start()
     pipeline.eval(start_model, "start")
     final = pipeline.rl(start_model)

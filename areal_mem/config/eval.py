@@ -23,6 +23,9 @@ class EvalConfig:
     temperature: float = 0.0  # greedy
     out_dir: str = ""  # empty: <run_dir>/eval/<method>
     save_responses: bool = False  # every context's response in results.jsonl, not only the final one
+    # `areal-mem train` also evaluates `model.path` before the SFT warm start (tag zero_shot):
+    # what a pretrained model does with the workflow untaught
+    zero_shot: bool = False
     # Evaluation beside asynchronous RL: every `interval` versions (and the first and the last)
     # the learner hands the version to an evaluator process, which runs `method` greedily over a
     # fixed dev sample while training goes on and logs EM/F1 by version and wall time

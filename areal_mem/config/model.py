@@ -29,4 +29,7 @@ class ModelConfig:
     tokenizer_path: str = ""  # empty: the tokenizer lives next to the model
     dtype: str = "float32"  # float32 | bfloat16 | float16
     build: bool = False  # build a tiny model (shape below) at `path` when none is there
+    # import this model into `path` when none is there (`areal-mem model import SOURCE`): a .gguf
+    # file, a transformers folder, or a known name (smollm2-135m-instruct); empty: none
+    source: str = ""
     init: TinyModelConfig = field(default_factory=TinyModelConfig)

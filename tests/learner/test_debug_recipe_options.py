@@ -213,3 +213,41 @@ def test_debug_recipe_loads_with_its_options():
         load_config(
             [os.path.join(REPO, "configs", "debug_cpu.yaml")], ["run_dir=/tmp/x", "world.question_types=[trivia]"]
         )
+
+
+def test_a_recipe_imports_its_model_from_model_source(tmp_path, tiny_model_dir):
+    """`model.source` names a model to import into `model.path` when none is there (a .gguf file,
+    a transformers folder or a known name), recorded beside it; it excludes `model.build`, and a
+    source that cannot be imported stops the run before anything starts."""
+    from areal_mem.app.model_import import RECORD
+    from areal_mem.app.train import TrainPipeline
+    from areal_mem.config import ConfigError
+
+    types, attrs = ["single"], ["person.occupation", "city.country"]
+    build_world(
+        str(tmp_path / "world"), seed=0, passages=200, questions=60, question_types=types, single_attributes=attrs
+    )
+    base = [
+        f"run_dir={tmp_path}",
+        "world.build=false",
+        "model.build=false",
+        "retriever.urls=[http://127.0.0.1:9]",
+        "rollout.prompt_style=released",
+    ]
+    cfg = load_run([os.path.join(REPO, "configs", "debug_cpu.yaml")], [*base, f"model.source={tiny_model_dir}"])
+    TrainPipeline(cfg, evaluate=False).prepare()
+    assert os.path.exists(os.path.join(cfg.model.path, "config.json"))
+    assert os.path.exists(os.path.join(cfg.model.path, RECORD))
+    TrainPipeline(cfg, evaluate=False).prepare()  # there already: not imported again
+    both = load_run(
+        [os.path.join(REPO, "configs", "debug_cpu.yaml")],
+        [*base, f"model.source={tiny_model_dir}", "model.build=true", f"model.path={tmp_path / 'm2'}"],
+    )
+    with pytest.raises(ConfigError, match="model.source and model.build both"):
+        TrainPipeline(both, evaluate=False).prepare()
+    missing = load_run(
+        [os.path.join(REPO, "configs", "debug_cpu.yaml")],
+        [*base, f"model.source={tmp_path / 'nope'}", f"model.path={tmp_path / 'm3'}"],
+    )
+    with pytest.raises(ConfigError, match="model.source=.*no such file or folder"):
+        TrainPipeline(missing, evaluate=False).prepare()
