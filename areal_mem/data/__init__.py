@@ -1,7 +1,18 @@
-"""Question files: FlashRAG jsonl and Search-R1 parquet readers, writers and the converter."""
+"""Question files: the released formats (FlashRAG and ASearcher jsonl, Search-R1 and MemSearcher
+parquet) read streamed, FlashRAG jsonl and Search-R1 parquet written, and the converter."""
 
 from .errors import DataError
-from .formats import DataFormat, read_tasks, write_tasks
+from .formats import DataFormat, ReadReport, convert, detect_format, iter_tasks, read_tasks, write_tasks
 from .task import Task
 
-__all__ = ["DataError", "DataFormat", "Task", "read_tasks", "write_tasks"]
+__all__ = [
+    "DataError",
+    "DataFormat",
+    "ReadReport",
+    "Task",
+    "convert",
+    "detect_format",
+    "iter_tasks",
+    "read_tasks",
+    "write_tasks",
+]

@@ -1,63 +1,61 @@
-"""Search-R1 parquet: `question`, `golden_answers`, `reward_model.ground_truth.target`, `data_source`.
+"""Writing Search-R1's training parquet layout (reading: `parquet.py`, which reads it and
+MemSearcher's).
 
-Search-R1's files (nq_hotpotqa_train) also carry a chat `prompt`; it is not read,
-because the workflow renders its own prompt from the question.
+The columns Search-R1's reward and areal-mem's reader use, in the order its `nq_search.py`
+leaves them: `id`, `question`, `golden_answers`, `data_source`, `ability`,
+`reward_model = {style, ground_truth: {target}}`, `extra_info = {split, index}`. Its chat
+`prompt` is left out: it holds Search-R1's own prompt text, and the workflows render theirs.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Iterable, List
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import DataError
-from .flashrag import task_from_record
 from .task import Task
+from .writing import atomic_output
 
-
-def _targets(row: Dict[str, Any]) -> Any:
-    golden = row.get("golden_answers")
-    if golden is not None:
-        return golden
-    truth = (row.get("reward_model") or {}).get("ground_truth") or {}
-    return truth.get("target")
-
-
-def read_searchr1(path: str) -> List[Task]:
-    if not os.path.isfile(path):
-        raise DataError(f"{path}: no such file")
-    try:
-        rows = pq.read_table(path).to_pylist()
-    except (pa.ArrowException, OSError) as e:
-        raise DataError(f"{path}: not a readable parquet file ({e})") from None
-    tasks = []
-    for i, row in enumerate(rows):
-        record = {k: v for k, v in row.items() if k in ("question", "data_source", "metadata")}
-        record["golden_answers"] = _targets(row)
-        index = (row.get("extra_info") or {}).get("index")
-        record["id"] = row.get("id") if row.get("id") is not None else (index if index is not None else i)
-        tasks.append(task_from_record(record, f"{path}: row {i}", default_id=str(i)))
-    return tasks
+_ANSWERS = pa.list_(pa.string())
+SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("question", pa.string()),
+        ("golden_answers", _ANSWERS),
+        ("data_source", pa.string()),
+        ("ability", pa.string()),
+        (
+            "reward_model",
+            pa.struct([("style", pa.string()), ("ground_truth", pa.struct([("target", _ANSWERS)]))]),
+        ),
+        ("extra_info", pa.struct([("split", pa.string()), ("index", pa.int64())])),
+    ]
+)
+WRITE_ROWS = 4096
 
 
 def write_searchr1(tasks: Iterable[Task], path: str, split: str = "train") -> int:
-    """Write the columns Search-R1's reward and our reader use; `prompt` is left out."""
-    rows = []
-    for i, task in enumerate(tasks):
-        source = str(task.metadata.get("data_source", ""))
-        rows.append(
-            {
-                "id": task.id,
-                "question": task.question,
-                "golden_answers": list(task.golden_answers),
-                "data_source": source,
-                "ability": "fact-reasoning",
-                "reward_model": {"style": "rule", "ground_truth": {"target": list(task.golden_answers)}},
-                "extra_info": {"split": split, "index": i},
-            }
-        )
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return len(rows)
+    n = 0
+    rows: List[Dict[str, Any]] = []
+    with atomic_output(path) as tmp, pq.ParquetWriter(tmp, SCHEMA) as writer:
+        for task in tasks:
+            answers = list(task.golden_answers)
+            rows.append(
+                {
+                    "id": task.id,
+                    "question": task.question,
+                    "golden_answers": answers,
+                    "data_source": str(task.metadata.get("data_source", "")),
+                    "ability": "fact-reasoning",
+                    "reward_model": {"style": "rule", "ground_truth": {"target": answers}},
+                    "extra_info": {"split": split, "index": n},
+                }
+            )
+            n += 1
+            if len(rows) == WRITE_ROWS:
+                writer.write_table(pa.Table.from_pylist(rows, schema=SCHEMA))
+                rows = []
+        if rows or n == 0:
+            writer.write_table(pa.Table.from_pylist(rows, schema=SCHEMA))
+    return n

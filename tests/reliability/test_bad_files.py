@@ -97,6 +97,55 @@ def test_bad_data_files_through_the_command_line(tmp_path):
     )
 
 
+def test_bad_rows_of_each_released_format_through_the_command_line(tmp_path):
+    """MemSearcher's parquet (a list ground_truth), Search-R1's (nested target), ASearcher's jsonl:
+    a bad row is one line naming file, row and field; a good file of each converts."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def memsearcher(answers):
+        truth = np.array(answers, dtype=object)
+        return {
+            "data_source": "musique_re_call",
+            "question": "q?",
+            "ability": "re_call",
+            "reward_model": {"ground_truth": truth, "style": "rule"},
+            "extra_info": {"env": "", "func_schemas": "[]", "index": 0, "split": "train"},
+        }
+
+    def searchr1(question):
+        return {
+            "id": "train_0",
+            "question": question,
+            "golden_answers": ["a"],
+            "data_source": "nq",
+            "prompt": [{"role": "user", "content": "..."}],
+            "ability": "fact-reasoning",
+            "reward_model": {"style": "rule", "ground_truth": {"target": ["a"]}},
+            "extra_info": {"split": "train", "index": 0},
+        }
+
+    ms = tmp_path / "memsearcher.parquet"
+    pq.write_table(pa.Table.from_pylist([memsearcher(["a"]), memsearcher([])]), str(ms))
+    sr1 = tmp_path / "searchr1.parquet"
+    pq.write_table(pa.Table.from_pylist([searchr1("q?"), searchr1("q2?"), searchr1(None)]), str(sr1))
+    asr = tmp_path / "asearcher.jsonl"
+    asr.write_text('{"idx": 0, "question": "q?", "answer": "a"}\n{"idx": 1, "question": "q?"}\n')
+    for path, needle in (
+        (ms, f"{ms}: row 1: 'reward_model.ground_truth' must be a non-empty list"),
+        (sr1, f"{sr1}: row 2: 'question' must be a non-empty string"),
+        (asr, f"{asr}:2: 'answer' must be a non-empty list"),
+    ):
+        r = cli("data", "convert", str(path), str(tmp_path / "out.jsonl"))
+        assert_clean_failure(r, needle)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "out.jsonl").exists()
+    pq.write_table(pa.Table.from_pylist([memsearcher(["a"])]), str(ms))
+    r = cli("data", "convert", str(ms), str(tmp_path / "out.jsonl"))
+    assert r.returncode == 0 and "(memsearcher, detected" in r.stdout, r.stderr
+
+
 CONFIGS = {  # the YAML, the line at fault, what the message must say
     "wrong type": ("model:\n  path: /m\nlearner:\n  lr: 1e-6\n  steps: many\n", 5, "key 'learner.steps' expects int"),
     "unknown key": (

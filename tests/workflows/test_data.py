@@ -73,6 +73,7 @@ def test_searchr1_reads_ground_truth_target_and_reports_row(tmp_path, capsys):
         read_tasks(str(path))
     pq.write_table(pa.Table.from_pylist(rows[:1]), path)
     (t,) = read_tasks(str(path))
-    assert (t.id, t.golden_answers, t.metadata["data_source"]) == ("7", ["x"], "hotpotqa")
+    # no `id` column: `<file stem>-<row>` (extra_info.index is not an id: it restarts per data source)
+    assert (t.id, t.golden_answers, t.metadata["data_source"]) == ("sr1-0", ["x"], "hotpotqa")
     assert main(["data", "convert", str(path), str(tmp_path / "x.txt")]) == 2
     assert "cannot tell the format" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""`areal-mem data`: `convert IN OUT` between FlashRAG jsonl and Search-R1 parquet; `demos` (oracle SFT rows)."""
+"""`areal-mem data`: `convert IN OUT` (reads FlashRAG / ASearcher jsonl and Search-R1 / MemSearcher
+parquet, writes FlashRAG jsonl or Search-R1 parquet); `demos` (oracle SFT rows)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,29 @@ import sys
 from areal_mem.config.arguments import add_config_arguments, config_from_args
 
 HELP = (
-    "question files: convert FlashRAG jsonl (areal-mem's task format) <-> Search-R1 parquet; "
-    "write oracle demonstrations for SFT"
+    "question files: convert FlashRAG/ASearcher jsonl or Search-R1/MemSearcher parquet to FlashRAG jsonl "
+    "(areal-mem's task format) or Search-R1 parquet; write oracle demonstrations for SFT"
 )
+READ = ["flashrag", "asearcher", "searchr1", "memsearcher"]
+WRITE = ["flashrag", "searchr1"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="<action>", required=True)
-    conv = sub.add_parser("convert", help="read IN, write OUT (formats from .jsonl/.parquet or the flags)")
+    conv = sub.add_parser(
+        "convert",
+        help="read IN (format detected from its columns or first line), write OUT (format by .jsonl/.parquet)",
+    )
     conv.add_argument("input", metavar="IN")
     conv.add_argument("output", metavar="OUT")
-    formats = ["flashrag", "searchr1"]
-    conv.add_argument("--from", dest="src", choices=formats, help="format of IN (default: by extension)")
-    conv.add_argument("--to", dest="dst", choices=formats, help="format of OUT (default: by extension)")
+    conv.add_argument(
+        "--from",
+        "--format",
+        dest="src",
+        choices=READ,
+        help="format of IN (default: detected; parquet by its columns, jsonl by its first line's keys)",
+    )
+    conv.add_argument("--to", dest="dst", choices=WRITE, help="format of OUT (default: by extension)")
     conv.add_argument("--limit", type=int, default=0, help="keep only the first N questions (0: all)")
     demos = sub.add_parser(
         "demos",
@@ -71,15 +82,13 @@ def _demos(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from areal_mem.data import DataError, read_tasks, write_tasks
+    from areal_mem.data import DataError, convert
 
     try:
-        tasks = read_tasks(args.input, args.src)
-        if args.limit:
-            tasks = tasks[: args.limit]
-        n = write_tasks(tasks, args.output, args.dst)
+        report, n = convert(args.input, args.output, args.src, args.dst, limit=args.limit)
     except DataError as e:
         print(f"areal-mem data: {e}", file=sys.stderr)
         return 2
+    print(report.describe())
     print(f"wrote {n} questions to {args.output}")
     return 0
