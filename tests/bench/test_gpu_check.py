@@ -30,5 +30,10 @@ def test_the_gpu_check_runs_every_measurement_at_tiny_sizes(tmp_path):
     assert report["push_s"]["shape"] == "tiny-b" and report["push_s"]["disk"] > 0 and report["push_s"]["ipc"] is None
     assert [r["step"] for r in report["end_to_end"]] == [1, 2]  # --smoke: 2 steps
     assert all(0.0 <= r["reward"] <= 1.0 for r in report["end_to_end"])
-    for heading in ("| shape | parameters |", "| concurrent requests |", "| push of tiny-b |", "| step | reward |"):
+    real = report["real_model"]  # the real-model run's path, with section 4's tiny model as its source
+    assert real["source"] == str(tmp_path / "e2e" / "model") and real["steps"] == 2
+    assert sorted(real["em"]) == ["final", "start", "zero_shot"] and all(0 <= v <= 100 for v in real["em"].values())
+    assert {"sft", "rl", "eval-zero_shot", "eval-start", "eval-final"} <= set(real["stage_s"])
+    headings = ("| shape | parameters |", "| concurrent requests |", "| push of tiny-b |", "| step | reward |")
+    for heading in (*headings, "| zero-shot | after SFT | after RL |"):
         assert heading in res.stdout
