@@ -17,6 +17,7 @@ from typing import Optional
 from aiohttp import web
 
 from areal_mem.config.retriever import RetrieverConfig
+from areal_mem.http_guard import run_guarded
 from areal_mem.process import write_ready_file
 from areal_mem.security import bearer_auth_middleware, check_bind, json_errors_middleware
 
@@ -145,4 +146,4 @@ def serve(index: Index, cfg: RetrieverConfig, ready_file: Optional[str] = None) 
     url = url_of(sock, cfg.host)
     write_ready_file(ready_file or "", url)  # the socket already listens: early clients queue
     print(f"retriever: serving {index.manifest.kind} index of {index.count} documents at {url}", flush=True)
-    web.run_app(make_app(index, cfg), sock=sock, access_log=None, print=None, handle_signals=True)
+    run_guarded(make_app(index, cfg), sock)  # web.run_app with a header read timeout and a connection cap

@@ -32,10 +32,26 @@ class EmbeddedConfig:
     # memory request extends the action's context; every context shares the system prompt);
     # emptied on every weight change, as SGLang's radix cache. 0: off
     prefix_cache_tokens: int = 0
-    weight_group_timeout_s: float = 600.0  # torch.distributed rendezvous and broadcast timeout
+    weight_group_timeout_s: float = 600.0  # torch.distributed broadcast timeout of a joined group
+    # /init_weights_update_group: the rendezvous and group set-up must finish within this (a peer
+    # that never answers is refused after it); one join at a time, a second is answered 409
+    weight_group_connect_timeout_s: float = 60.0
     # folders /update_weights_from_disk may load from (symlinks and `..` resolved); empty: the
     # served model's folder, model.path and <run_dir>/weights (the disk publisher's)
     weights_dirs: List[str] = field(default_factory=list)
+    # Limits a hostile or careless client meets (docs/reliability_security.md); every route
+    # family (/generate, /v1/*) checks the same ones
+    max_sequences_per_request: int = 1024  # prompts x n of one request
+    max_waiting_sequences: int = 8192  # queued sequences of all clients; more: 503, retry later
+    max_top_logprobs: int = 20  # top_logprobs_num (/generate), logprobs / top_logprobs (/v1/*)
+    max_stops: int = 64  # stop strings, and stop token ids, of one request
+    max_stop_chars: int = 256  # characters of one stop string
+    max_text_bytes: int = 0  # UTF-8 bytes of one text prompt, checked before tokenising; 0: 32 per context token
+    # streamed chunks are cumulative (SGLang's default): one is sent every max(stream_interval,
+    # tokens so far / stream_thinning) tokens, so a stream's bytes grow linearly; 0: every stream_interval
+    stream_thinning: int = 16
+    http_read_timeout_s: float = 30.0  # a request's headers and body must arrive within this
+    max_connections: int = 1024  # open client connections; more are closed at once
 
 
 @dataclass

@@ -22,10 +22,17 @@ class TextCodec:
             raise BadRequest("text: this model has no tokenizer; send input_ids")
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def decode(self, ids: List[int], skip_special_tokens: bool = True) -> str:
+    def decode(
+        self, ids: List[int], skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True
+    ) -> str:
+        """As SGLang's detokenizer: Hugging Face's decode with both options (a slow tokenizer puts
+        spaces around special tokens unless told not to; a fast one decodes them as its decoder
+        does, with either value, exactly as it does under SGLang)."""
         if self.tokenizer is None:
             return ""
-        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        return self.tokenizer.decode(
+            ids, skip_special_tokens=skip_special_tokens, spaces_between_special_tokens=spaces_between_special_tokens
+        )
 
     def token_text(self, token: int) -> str:
         return self.decode([token], False)
@@ -37,7 +44,7 @@ class TextCodec:
         ids = req.output_ids
         if isinstance(matched, int) and not isinstance(matched, bool) and not item.spec.no_stop_trim and ids:
             ids = ids[:-1]
-        text = self.decode(ids, item.spec.skip_special_tokens)
+        text = self.decode(ids, item.spec.skip_special_tokens, item.spec.spaces_between_special_tokens)
         if isinstance(matched, str) and not item.spec.no_stop_trim and matched in text:
             text = text[: text.index(matched)]
         return text

@@ -103,9 +103,10 @@ def _weights_dirs(cfg: RunConfig, model: str) -> list:
     import os
 
     if cfg.generator.embedded.weights_dirs:
-        return list(cfg.generator.embedded.weights_dirs)
-    base = cfg.model.path or model
-    return [model, base, os.path.join(cfg.run_dir, "weights")]
+        dirs = list(cfg.generator.embedded.weights_dirs)
+    else:
+        dirs = [model, cfg.model.path or model, os.path.join(cfg.run_dir, "weights")]
+    return [os.path.abspath(d) for d in dirs]  # as resolved at start, whatever the working folder later
 
 
 def _serve_sglang(

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -140,7 +140,12 @@ class Engine:
         # pause or weight load gets in after at most one step (a plain lock is not fair: the loop
         # would take it back at once and a pause could wait for the whole batch to finish).
         self._control_waiting = 0
+        # The waiting queue, in arrival order. An aborted request is left where it is (finished,
+        # skipped at admission; the queue is compacted when those outnumber the live ones), so
+        # an abort costs O(1) whatever the queue holds; `_n_waiting` counts the live ones.
         self._waiting: Deque[Request] = collections.deque()
+        self._n_waiting = 0
+        self._by_rid: Dict[str, List[Request]] = {}  # every request in flight (waiting or running)
         self._paused = False
         self._stopping = False
         self._rows: List[Request] = []
@@ -171,6 +176,8 @@ class Engine:
             return
         with self._cv:
             self._waiting.append(req)
+            self._n_waiting += 1
+            self._by_rid.setdefault(req.rid, []).append(req)
             self._cv.notify_all()
 
     @property
@@ -197,11 +204,16 @@ class Engine:
 
     def in_flight(self) -> int:
         with self._cv:
-            return len(self._rows) + len(self._waiting)
+            return len(self._rows) + self._n_waiting
+
+    def waiting(self) -> int:
+        """Requests queued for a place in the batch (admission control reads it)."""
+        with self._cv:
+            return self._n_waiting
 
     def has_rid(self, rid: str) -> bool:
         with self._cv:
-            return any(r.rid == rid for r in self._rows) or any(r.rid == rid for r in self._waiting)
+            return rid in self._by_rid
 
     def pause(self, mode: str) -> int:
         """abort: end every request now with its partial output; retract: drop their KV and
@@ -210,7 +222,7 @@ class Engine:
         with self._control():
             with self._cv:
                 self._paused = True
-                n = len(self._rows) + len(self._waiting)
+                n = len(self._rows) + self._n_waiting
             if mode == "abort":
                 for r in self._rows:  # a client resends these: their prefill is done again
                     self._aborted[r.rid] = r.kv_tokens
@@ -224,6 +236,7 @@ class Engine:
                 self._set_rows([], None, None, None, None)
                 with self._cv:
                     self._waiting.extendleft(reversed(rows))
+                    self._n_waiting += len(rows)
             return n
 
     def resume(self) -> None:
@@ -233,11 +246,32 @@ class Engine:
 
     def abort(self, rid: Optional[str] = None, message: str = "Abort by /abort_request") -> int:
         """End one request (or all when rid is None) with finish_reason abort."""
+        if rid is None:
+            with self._control():
+                return self._abort_where(lambda r: True, message)
+        return self.abort_many([rid], message)
+
+    def abort_many(self, rids: Sequence[str], message: str) -> int:
+        """End the requests of these rids, in one pass between two steps: O(1) per request
+        found, whatever the waiting queue holds (a client that leaves with a thousand
+        sequences queued behind forty thousand others costs a thousand lookups)."""
         with self._control():
-            return self._abort_where(lambda r: rid is None or r.rid == rid, message)
+            with self._cv:
+                reqs = [r for rid in rids for r in self._by_rid.get(rid, ())]
+            if not reqs:
+                return 0
+            rows = {id(r): i for i, r in enumerate(self._rows)}
+            waiting = [r for r in reqs if id(r) not in rows]
+            hit = sorted(rows[id(r)] for r in reqs if id(r) in rows)
+            with self._cv:
+                self._n_waiting -= len(waiting)
+            self._finish_aborted(waiting + self._end_rows(hit), message)
+            self._compact_waiting()
+            return len(reqs)
 
     def load_weights(self, named: Sequence[Tuple[str, torch.Tensor]], version: Optional[str], complete: bool) -> int:
-        """Copy tensors into the model between steps; all are checked before any is copied.
+        """Copy tensors into the model between steps; all are checked (names, shapes, finite
+        values) before any is copied.
 
         complete: the tensors must cover every parameter (a full checkpoint).
         """
@@ -249,6 +283,9 @@ class Engine:
                 errors.append(f"unknown tensor {name!r}")
             elif tuple(p.shape) != tuple(t.shape):
                 errors.append(f"{name}: shape {list(t.shape)}, model has {list(p.shape)}")
+            elif (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+                bad = int((~torch.isfinite(t)).sum())  # served, they would make every log-prob NaN
+                errors.append(f"{name}: {bad} of {t.numel()} values are not finite (NaN or inf)")
         if complete:
             given = {n for n, _ in named}
             missing = [n for n, _ in self.model.named_parameters() if n not in given]
@@ -324,7 +361,7 @@ class Engine:
                     for r in victims:
                         if r.finished_at == 0.0:
                             r.error = error
-                            r.complete({"type": "abort", "message": error})
+                            self._complete(r, {"type": "abort", "message": error})
                 finally:
                     # busy first: stats() read from another thread never sees prefill + decode > busy
                     self.busy_s += time.monotonic() - t0
@@ -336,14 +373,45 @@ class Engine:
         queue's order, retracted requests first, among equals). Called under `_cv`. A request of
         lower priority waits while the batch is full, as under SGLang's priority scheduling;
         running rows are never preempted for it."""
-        if room <= 0 or not self._waiting:
+        while self._waiting and self._waiting[0].finished_at:  # aborted while waiting
+            self._waiting.popleft()
+        if room <= 0 or not self._n_waiting:
             return []
-        if all(r.priority == self._waiting[0].priority for r in self._waiting):
-            return [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
-        ranked = sorted(self._waiting, key=lambda r: -r.priority)
-        joiners, taken = ranked[:room], {id(r) for r in ranked[:room]}
-        self._waiting = collections.deque(r for r in self._waiting if id(r) not in taken)
+        first = self._waiting[0].priority
+        if all(r.priority == first for r in self._waiting if not r.finished_at):
+            joiners = []
+            while self._waiting and len(joiners) < room:
+                r = self._waiting.popleft()
+                if not r.finished_at:
+                    joiners.append(r)
+        else:
+            ranked = sorted((r for r in self._waiting if not r.finished_at), key=lambda r: -r.priority)
+            joiners, taken = ranked[:room], {id(r) for r in ranked[:room]}
+            self._waiting = collections.deque(r for r in self._waiting if id(r) not in taken and not r.finished_at)
+        self._n_waiting -= len(joiners)
         return joiners
+
+    def _compact_waiting(self) -> None:
+        """Drop aborted requests from the waiting queue once they outnumber the live ones
+        (amortised O(1) per abort)."""
+        with self._cv:
+            if len(self._waiting) > 2 * self._n_waiting + 64:
+                self._waiting = collections.deque(r for r in self._waiting if not r.finished_at)
+
+    def _unindex(self, reqs: Iterable[Request]) -> None:
+        """Forget finished requests in the rid index (under `_cv`)."""
+        for r in reqs:
+            same = self._by_rid.get(r.rid)
+            if same is None:
+                continue
+            same[:] = [x for x in same if x is not r]
+            if not same:
+                del self._by_rid[r.rid]
+
+    def _complete(self, r: Request, finish: Optional[dict] = None) -> None:
+        with self._cv:
+            self._unindex([r])
+        r.complete(finish)
 
     def _forward(self, ids, mask, pos, cache):
         out = self.model(
@@ -521,17 +589,28 @@ class Engine:
             self._remember([i for i, r in enumerate(self._rows) if r.finish is not None])
             self._keep_rows([i for i, r in enumerate(self._rows) if r.finish is None])
             for r in done:
-                r.complete()
+                self._complete(r)
 
     def _abort_where(self, pred, message: str) -> int:
         with self._cv:
-            gone = [r for r in self._waiting if pred(r)]
-            self._waiting = collections.deque(r for r in self._waiting if not pred(r))
-        hit = [i for i, r in enumerate(self._rows) if pred(r)]
-        gone += [self._rows[i] for i in hit]
+            gone = [r for r in self._waiting if not r.finished_at and pred(r)]
+            self._waiting = collections.deque(r for r in self._waiting if not r.finished_at and not pred(r))
+            self._n_waiting -= len(gone)
+        gone += self._end_rows([i for i, r in enumerate(self._rows) if pred(r)])
+        self._finish_aborted(gone, message)
+        return len(gone)
+
+    def _finish_aborted(self, reqs: List[Request], message: str) -> None:
+        with self._cv:
+            self._unindex(reqs)
+        for r in reqs:
+            r.complete({"type": "abort", "message": message})
+
+    def _end_rows(self, hit: List[int]) -> List[Request]:
+        """Take running rows `hit` (ascending indices) out of the batch, their KV kept as prefixes."""
+        gone = [self._rows[i] for i in hit]
         self._remember(hit)  # valid prefixes until the weights change (then the cache is emptied)
         if hit:
-            self._keep_rows([i for i in range(len(self._rows)) if i not in set(hit)])
-        for r in gone:
-            r.complete({"type": "abort", "message": message})
-        return len(gone)
+            drop = set(hit)
+            self._keep_rows([i for i in range(len(self._rows)) if i not in drop])
+        return gone

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from .engine import Request
 from .errors import error_body
-from .protocol import ParsedGenerate, build_response
+from .protocol import ParsedGenerate, build_response, dumps
 from .service import EngineService
 from .sse import EventStream
 from .validator import RequestValidator
@@ -28,7 +28,7 @@ class NativeRoutes:
         if not batch.stream:
             reqs, prompt_lps = await self.service.run(items)
             out = [self._response(it, r, lp) for it, r, lp in zip(items, reqs, prompt_lps)]
-            return web.json_response(out if batch.batched else out[0])
+            return web.json_response(out if batch.batched else out[0], dumps=dumps)
         stream = EventStream(request)
         index = (lambda i: i) if batch.batched else (lambda i: None)
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .engine import Request
 from .errors import BadRequest
-from .protocol import ParsedGenerate
+from .protocol import INT64, ParsedGenerate
 from .sampling import ALL_TOKENS, SamplingSpec
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound
@@ -30,7 +30,7 @@ class _Sampling(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str
-    max_tokens: Optional[int] = Field(None, ge=0)
+    max_tokens: Optional[int] = Field(None, ge=0, le=INT64)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     n: int = Field(1, ge=1, le=128)
@@ -42,12 +42,13 @@ class _Sampling(BaseModel):
     presence_penalty: float = Field(0.0, ge=0.0, le=0.0)  # only the neutral value
     frequency_penalty: float = Field(0.0, ge=0.0, le=0.0)
     # SGLang's and vLLM's sampling extras (sent by clients through extra_body)
-    top_k: int = -1
+    top_k: int = Field(-1, ge=-INT64, le=INT64)
     min_p: float = Field(0.0, ge=0.0, le=1.0)
-    min_tokens: int = Field(0, ge=0)
+    min_tokens: int = Field(0, ge=0, le=INT64)
     ignore_eos: bool = False
     stop_token_ids: List[int] = []
     skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
 
 
 class CompletionBody(_Sampling):
@@ -65,7 +66,7 @@ class ChatMessage(BaseModel):
 
 class ChatBody(_Sampling):
     messages: List[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=0)
+    max_completion_tokens: Optional[int] = Field(None, ge=0, le=INT64)
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
@@ -100,6 +101,7 @@ def spec_of(b: _Sampling, max_tokens: Optional[int], default_max: int) -> Sampli
         ignore_eos=b.ignore_eos,
         skip_special_tokens=b.skip_special_tokens,
         sampling_seed=b.seed,
+        spaces_between_special_tokens=b.spaces_between_special_tokens,
     )
 
 
@@ -110,8 +112,18 @@ def items_of(prompts: List[List[int]], spec: SamplingSpec, n: int, top_k: Option
         for j in range(n):
             seed = None if spec.sampling_seed is None else (spec.sampling_seed + j) % 2**64
             s = SamplingSpec(**{**spec.__dict__, "sampling_seed": seed})
-            out.append(ParsedGenerate(None, prompt, s, top_k is not None, -1, top_k or 0))
+            out.append(ParsedGenerate(None, prompt, s, top_k is not None, -1, top_k or 0, origin=""))
     return out
+
+
+# the OpenAI names of the engine's fields, for the shared checks' messages (`RequestValidator.items`)
+COMPLETION_NAMES = {
+    "max_new_tokens": "max_tokens",
+    "min_new_tokens": "min_tokens",
+    "sampling_seed": "seed",
+    "top_logprobs_num": "logprobs",
+}
+CHAT_NAMES = {**COMPLETION_NAMES, "top_logprobs_num": "top_logprobs"}
 
 
 def finish_reason(req: Request) -> Optional[str]:

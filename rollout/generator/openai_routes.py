@@ -5,6 +5,7 @@ the same engine items as `/generate`'s and run through the same engine service."
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Dict, List
 
 from aiohttp import web
@@ -12,6 +13,7 @@ from aiohttp import web
 from . import openai_api
 from .engine import Request
 from .errors import BadRequest
+from .protocol import dumps
 from .service import EngineService
 from .sse import EventStream
 from .validator import RequestValidator
@@ -52,11 +54,15 @@ class OpenAIRoutes:
         b = await self.validator.openai(request, openai_api.CompletionBody)
         p = b.prompt
         if isinstance(p, str) or (isinstance(p, list) and p and all(isinstance(x, str) for x in p)):
-            prompts = [self.codec.encode(t) for t in ([p] if isinstance(p, str) else p)]
+            prompts = await self.validator.encode([p] if isinstance(p, str) else p, "prompt")
+            if prompts is None:
+                self.codec.encode("")  # no tokenizer: its 400
         else:
             prompts = [p] if not p or isinstance(p[0], int) else p
         self.validator.prompts(prompts, "prompt")
         items = openai_api.items_of(prompts, openai_api.spec_of(b, b.max_tokens, 16), b.n, b.logprobs)
+        self.validator.items(items, openai_api.COMPLETION_NAMES)
+        self.validator.model(b.model)
 
         def choice(i: int, req: Request, text: str) -> Dict[str, Any]:
             lp = self._completion_logprobs(req) if b.logprobs is not None else None
@@ -68,11 +74,16 @@ class OpenAIRoutes:
         b = await self.validator.openai(request, openai_api.ChatBody)
         if b.top_logprobs is not None and not b.logprobs:
             raise BadRequest("top_logprobs: needs logprobs=true")
-        prompts = self.validator.prompts([self._chat_prompt(b.messages)], "messages")
+        prompts = self.validator.prompts([await self._chat_prompt(b.messages)], "messages")
         max_tokens = b.max_completion_tokens if b.max_completion_tokens is not None else b.max_tokens
         default = self.service.meta.max_context_len - len(prompts[0])
         top = (b.top_logprobs or 0) if b.logprobs else None
         items = openai_api.items_of(prompts, openai_api.spec_of(b, max_tokens, default), b.n, top)
+        names = openai_api.CHAT_NAMES
+        if b.max_completion_tokens is not None:
+            names = {**names, "max_new_tokens": "max_completion_tokens"}
+        self.validator.items(items, names)
+        self.validator.model(b.model)
 
         def choice(i: int, req: Request, text: str) -> Dict[str, Any]:
             lp = {"content": self._chat_logprobs(req)} if b.logprobs else None
@@ -81,7 +92,7 @@ class OpenAIRoutes:
 
         return await self._answer(request, b, "chat.completion", "chatcmpl", prompts, items, choice)
 
-    def _chat_prompt(self, messages) -> List[int]:
+    async def _chat_prompt(self, messages) -> List[int]:
         tokenizer = self.codec.tokenizer
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
             raise BadRequest("messages: this model has no chat template; use /v1/completions")
@@ -93,7 +104,9 @@ class OpenAIRoutes:
                     raise BadRequest(f"messages[{i}].content: only text parts are supported")
                 content = "".join(str(part.get("text", "")) for part in content)
             convo.append({"role": m.role, "content": content or "", **({"name": m.name} if m.name else {})})
-        ids = tokenizer.apply_chat_template(convo, add_generation_prompt=True, tokenize=True)
+        # the template only adds text: content over the byte limit cannot fit, refused untokenised
+        self.validator.text_bytes("".join(c["content"] for c in convo), "messages")
+        ids = await asyncio.to_thread(tokenizer.apply_chat_template, convo, add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
     def _completion_logprobs(self, req: Request) -> Dict[str, Any]:
@@ -124,7 +137,7 @@ class OpenAIRoutes:
             reqs, _ = await self.service.run(items)
             choices = [choice(i, r, self.codec.output_text(it, r)) for i, (it, r) in enumerate(zip(items, reqs))]
             body = openai_api.envelope(kind, model, rid, created, choices)
-            return web.json_response({**body, "usage": openai_api.usage(prompts, reqs)})
+            return web.json_response({**body, "usage": openai_api.usage(prompts, reqs)}, dumps=dumps)
         chat = kind == "chat.completion"
         stream, sent, started = EventStream(request), [""] * len(items), [False] * len(items)
         chunk_kind = "chat.completion.chunk" if chat else kind

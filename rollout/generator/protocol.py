@@ -9,6 +9,7 @@ penalties, n > 1, ...) are refused by name instead of being silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ REFUSED_TOP = (
 )
 # Prefix-cache namespaces: honoured trivially, this server shares no KV across requests.
 CACHE_KEYS = ("extra_key", "cache_salt")
-MAX_SEQUENCES = 1024  # prompts x n in one request
+MAX_SEQUENCES = 1024  # n of one prompt (prompts x n: generator.embedded.max_sequences_per_request)
 NO_PROMPT_LOGPROBS = -1  # SGLang's logprob_start_len default: output log-probs only
 
 
@@ -167,22 +168,32 @@ def parse_sampling(sp: Any, where: str = "sampling_params") -> SamplingSpec:
         sampling_seed=_bounded_int(sp, "sampling_seed", None, 0, 2**64 - 1, where),  # torch's seed range
         n=_bounded_int(sp, "n", 1, 1, MAX_SEQUENCES, where),
         stream_interval=_bounded_int(sp, "stream_interval", 1, 1, INT64, where),
+        spaces_between_special_tokens=_typed(sp, "spaces_between_special_tokens", bool, "a boolean", True),
     )
-    if not _typed(sp, "spaces_between_special_tokens", bool, "a boolean", True):
-        raise BadRequest(f"{where}.spaces_between_special_tokens=false is not supported by the embedded generator")
-    if spec.max_new_tokens < 0:
-        raise BadRequest(f"{where}.max_new_tokens must be >= 0")
-    if spec.temperature < 0:
-        raise BadRequest(f"{where}.temperature must be >= 0")
-    if not 0.0 < spec.top_p <= 1.0:
-        raise BadRequest(f"{where}.top_p must be in (0, 1]")
-    if spec.top_k == 0 or spec.top_k < -1:
-        raise BadRequest(f"{where}.top_k must be -1 (all) or >= 1")
-    if not 0.0 <= spec.min_p <= 1.0:
-        raise BadRequest(f"{where}.min_p must be in [0, 1]")
-    if spec.min_new_tokens < 0:
-        raise BadRequest(f"{where}.min_new_tokens must be >= 0")
     return spec
+
+
+def check_sampling(spec: SamplingSpec, where: str, names: Optional[Dict[str, str]] = None) -> None:
+    """The value ranges of sampling parameters, whichever route carried them (`names`: the
+    route's own names of the fields, e.g. OpenAI's `max_tokens` for `max_new_tokens`)."""
+    names = names or {}
+
+    def at(key: str) -> str:
+        key = names.get(key, key)
+        return f"{where}.{key}" if where else key
+
+    if spec.max_new_tokens < 0:
+        raise BadRequest(f"{at('max_new_tokens')} must be >= 0")
+    if not math.isfinite(spec.temperature) or spec.temperature < 0:
+        raise BadRequest(f"{at('temperature')} must be >= 0")
+    if not 0.0 < spec.top_p <= 1.0:
+        raise BadRequest(f"{at('top_p')} must be in (0, 1]")
+    if spec.top_k == 0 or spec.top_k < -1:
+        raise BadRequest(f"{at('top_k')} must be -1 (all) or >= 1")
+    if not 0.0 <= spec.min_p <= 1.0:
+        raise BadRequest(f"{at('min_p')} must be in [0, 1]")
+    if spec.min_new_tokens < 0:
+        raise BadRequest(f"{at('min_new_tokens')} must be >= 0")
 
 
 @dataclass
@@ -198,6 +209,7 @@ class ParsedGenerate:
     return_text_in_logprobs: bool = False
     return_prompt_token_ids: bool = False
     priority: int = 0  # SGLang's request priority (larger first); none counts as 0
+    origin: str = "sampling_params"  # where its sampling parameters came from, for error messages
 
 
 @dataclass
@@ -226,8 +238,19 @@ def _expect(kind, what: str):
     return check
 
 
-def _prompts(body: dict, encode: Optional[Callable[[str], List[int]]]) -> Tuple[List[List[int]], bool]:
-    """The prompts as token ids, and whether they came as a batch (a list)."""
+def texts_of(body: dict) -> Optional[List[str]]:
+    """The `text` prompts of a `/generate` body when they are well-typed (else None: `_prompts`
+    names the problem), for the validator to check and tokenise before parsing."""
+    text = body.get("text")
+    if body.get("input_ids") is not None or text is None:
+        return None
+    texts = text if isinstance(text, list) else [text]
+    return texts if texts and all(isinstance(t, str) for t in texts) else None
+
+
+def _prompts(body: dict, encoded: Optional[List[List[int]]]) -> Tuple[List[List[int]], bool]:
+    """The prompts as token ids (`encoded`: the `text` prompts tokenised), and whether they
+    came as a batch (a list)."""
     text, ids = body.get("text"), body.get("input_ids")
     if (text is None) == (ids is None):
         raise BadRequest("exactly one of `text` and `input_ids` must be given")
@@ -236,9 +259,9 @@ def _prompts(body: dict, encode: Optional[Callable[[str], List[int]]]) -> Tuple[
         texts = text if batched else [text]
         if not texts or not all(isinstance(t, str) for t in texts):
             raise BadRequest("text: expected a string or a non-empty list of strings")
-        if encode is None:
+        if encoded is None:
             raise BadRequest("text: this model has no tokenizer; send input_ids")
-        return [encode(t) for t in texts], batched
+        return encoded, batched
     if not isinstance(ids, list):
         raise BadRequest(f"input_ids: expected a list of token ids, got {type(ids).__name__}")
     batched = bool(ids) and isinstance(ids[0], list)
@@ -262,10 +285,11 @@ def check_prompt(ids: List[int], where: str, vocab_size: int, max_context_len: i
 
 
 def parse_generate(
-    body: Any, vocab_size: int, max_context_len: int, encode: Optional[Callable[[str], List[int]]]
+    body: Any, vocab_size: int, max_context_len: int, encoded: Optional[List[List[int]]] = None
 ) -> ParsedBatch:
     """A `/generate` body as SGLang reads it: one prompt or a batch, `n` samples per prompt
-    (in SGLang's order: prompt i's samples at i*n .. i*n+n-1), value-or-list fields."""
+    (in SGLang's order: prompt i's samples at i*n .. i*n+n-1), value-or-list fields. Types and
+    shapes are checked here; the value limits every route shares, by `RequestValidator.items`."""
     if not isinstance(body, dict):
         raise BadRequest(f"expected a JSON object, got {type(body).__name__}")
     for key in REFUSED_TOP:
@@ -279,7 +303,7 @@ def parse_generate(
     text_in = _typed(body, "return_text_in_logprobs", bool, "a boolean", False)
     prompt_ids_out = _typed(body, "return_prompt_token_ids", bool, "a boolean", False)
     priority = _bounded_int(body, "priority", 0, -INT64 - 1, INT64, "request")
-    prompts, batched = _prompts(body, encode)
+    prompts, batched = _prompts(body, encoded)
     where = "input_ids" if body.get("input_ids") is not None else "text"
     for i, p in enumerate(prompts):
         check_prompt(p, f"{where}[{i}]" if batched else where, vocab_size, max_context_len)
@@ -289,39 +313,54 @@ def parse_generate(
         if batched
         else [_typed(body, "rid", str, "a string", None)]
     )
+    sp = body.get("sampling_params")
+    origins = [f"sampling_params[{i}]" for i in range(m)] if isinstance(sp, list) else ["sampling_params"] * m
     specs = _per_prompt(body, "sampling_params", m, lambda v, w: parse_sampling(v, w), None)
     specs = [parse_sampling(None) if s is None else s for s in specs]
-    for spec in specs:
-        for t in spec.stop_token_ids:  # the engine indexes logits with them
-            if not 0 <= t < vocab_size:
-                raise BadRequest(
-                    f"sampling_params.stop_token_ids: {t} is not a token id of this model (vocabulary size {vocab_size})"
-                )
     want_lp = _per_prompt(body, "return_logprob", m, _expect(bool, "a boolean"), False)
     starts = _per_prompt(body, "logprob_start_len", m, _expect(int, "an integer"), NO_PROMPT_LOGPROBS)
     tops = _per_prompt(body, "top_logprobs_num", m, _expect(int, "an integer"), 0)
     n = specs[0].n
     if any(s.n != n for s in specs):
         raise BadRequest("sampling_params.n must be the same for every prompt of a batch (as SGLang requires)")
-    if m * n > MAX_SEQUENCES:
-        raise BadRequest(f"{m} prompt(s) x n={n} is more than {MAX_SEQUENCES} sequences in one request")
     items = []
     for i, prompt in enumerate(prompts):
         if not NO_PROMPT_LOGPROBS <= starts[i] < len(prompt):
             raise BadRequest(
                 f"logprob_start_len: {starts[i]} is outside -1..{len(prompt) - 1} for a {len(prompt)}-token prompt"
             )
-        if not 0 <= tops[i] <= vocab_size:
-            raise BadRequest(f"top_logprobs_num: {tops[i]} is outside 0..{vocab_size}")
+        if tops[i] < 0:
+            raise BadRequest(f"top_logprobs_num: {tops[i]} must be >= 0")
         for j in range(n):
             spec = specs[i]
             if n > 1 and spec.sampling_seed is not None:  # independent samples: seed, seed+1, ...
                 spec = dataclasses.replace(spec, sampling_seed=(spec.sampling_seed + j) % 2**64)
             rid = rids[i] if n == 1 or rids[i] is None else f"{rids[i]}-{j}"
             items.append(
-                ParsedGenerate(rid, prompt, spec, want_lp[i], starts[i], tops[i], text_in, prompt_ids_out, priority)
+                ParsedGenerate(
+                    rid, prompt, spec, want_lp[i], starts[i], tops[i], text_in, prompt_ids_out, priority, origins[i]
+                )
             )
     return ParsedBatch(items, batched or n > 1, stream)
+
+
+def dumps(obj: Any) -> str:
+    """JSON text of an answer, never with the non-JSON tokens NaN / Infinity: a non-finite float
+    is written as null, as SGLang's orjson responses write it."""
+    try:
+        return json.dumps(obj, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj), allow_nan=False)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 PromptLogprobs = Tuple[List[float], List[List[Tuple[float, int]]]]  # Engine.prompt_logprobs

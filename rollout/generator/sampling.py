@@ -13,6 +13,9 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 ALL_TOKENS = 1 << 30  # SGLang's top_k default: no top-k cut
+# SGLang's _SAMPLING_EPS (sglang/srt/sampling/sampling_params.py): a temperature below it is
+# greedy (SGLang sets top_k=1 and temperature 1.0), never a division of the logits by ~0
+SAMPLING_EPS = 1e-6
 
 
 @dataclass
@@ -33,6 +36,11 @@ class SamplingSpec:
     sampling_seed: Optional[int] = None
     n: int = 1  # samples of the prompt (the server expands them into requests)
     stream_interval: int = 1  # tokens between two streamed chunks
+    spaces_between_special_tokens: bool = True  # detokenisation, as Hugging Face's decode takes it
+
+    def __post_init__(self) -> None:
+        if 0.0 <= self.temperature < SAMPLING_EPS:  # NaN and negatives stay, for the checks to refuse
+            self.temperature = 0.0
 
     @property
     def greedy(self) -> bool:
@@ -50,10 +58,12 @@ def scaled_logprobs(
     `banned[i]` (eos / stop ids row i may not sample yet, before min_new_tokens) at -inf:
     what a token is sampled from and what its returned (and top-k) log-probs are."""
     logits = logits.float()
+    vocab = logits.shape[-1]
     for i, ids in enumerate(banned):
+        ids = [t for t in ids if 0 <= t < vocab]  # an id outside the logits bans nothing (never an IndexError)
         if ids:
-            logits[i, list(ids)] = float("-inf")
-    temps = torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in specs], device=logits.device)
+            logits[i, ids] = float("-inf")
+    temps = torch.tensor([s.temperature if s.temperature >= SAMPLING_EPS else 1.0 for s in specs], device=logits.device)
     return torch.log_softmax(logits / temps.unsqueeze(1), dim=-1)
 
 

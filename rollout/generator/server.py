@@ -17,21 +17,22 @@ import torch
 from aiohttp import web
 
 from areal_mem.config.generator import EmbeddedConfig
+from areal_mem.http_guard import start_guarded
 from areal_mem.security import bearer_auth_middleware
 
 from .admin_routes import AdminRoutes
 from .codec import TextCodec
-from .disk_weights import allowed_path
 from .engine import Engine
-from .errors import ForbiddenPath, json_errors
+from .errors import json_errors
 from .native_routes import NativeRoutes
 from .openai_routes import OpenAIRoutes
 from .service import EngineService, ModelMeta
 from .validator import MAX_BODY_BYTES, RequestValidator
 from .weight_routes import WeightRoutes
 
-# ForbiddenPath and allowed_path stay importable from here, where callers (tests/reliability) import them
-__all__ = ["GeneratorServer", "build_server", "serve", "MAX_BODY_BYTES", "ForbiddenPath", "allowed_path"]
+__all__ = ["GeneratorServer", "build_server", "serve"]
+
+SHUTDOWN_S = 2.0
 
 
 class GeneratorServer:
@@ -45,8 +46,10 @@ class GeneratorServer:
         token: str = "",
         group_timeout_s: float = 600.0,
         weights_dirs: Sequence[str] = (),
+        limits: Optional[EmbeddedConfig] = None,
     ):
-        self.service = EngineService(engine, meta, TextCodec(tokenizer), group_timeout_s, weights_dirs)
+        """`limits`: the request and connection limits (`generator.embedded.*`; default: the schema's)."""
+        self.service = EngineService(engine, meta, TextCodec(tokenizer), group_timeout_s, weights_dirs, limits)
         self.token = token
 
     def app(self) -> web.Application:
@@ -91,7 +94,7 @@ def build_server(
     engine = Engine(model, eos, cfg.max_batch_size, ctx, decode, weight_version, cfg.prefix_cache_tokens).start()
     meta = ModelMeta(model_path, int(hf.vocab_size), ctx)
     return GeneratorServer(
-        engine, meta, tokenizer, token, cfg.weight_group_timeout_s, list(weights_dirs) or [model_path]
+        engine, meta, tokenizer, token, cfg.weight_group_timeout_s, list(weights_dirs) or [model_path], cfg
     )
 
 
@@ -106,10 +109,23 @@ async def serve(
     server: GeneratorServer, host: str, port: int, on_ready: Optional[Callable[[str], None]] = None
 ) -> None:
     """Serve until cancelled; `on_ready(url)` once listening (port 0: the OS picked one)."""
-    # handler_cancellation: a client that hangs up cancels its handler, which aborts its request
-    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None, handler_cancellation=True)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    # handler_cancellation: a client that hangs up cancels its handler, which aborts its request;
+    # a client slower than http_read_timeout_s to send its headers is closed, as is a connection
+    # past max_connections (areal_mem.http_guard)
+    limits = server.service.limits
+    runner = await start_guarded(
+        server.app(),
+        host=host,
+        port=port,
+        read_timeout_s=limits.http_read_timeout_s,
+        max_connections=limits.max_connections,
+        handle_signals=False,
+        access_log=None,
+        handler_cancellation=True,
+        # at SIGTERM, requests in flight get this long before their handlers are cancelled (a
+        # join waiting on a silent peer must not hold the exit; the launcher kills after 10 s)
+        shutdown_timeout=SHUTDOWN_S,
+    )
     service = server.service
     service.host, service.port = host, runner.addresses[0][1]  # (host, port[, flow, scope]) of the socket
     url = f"http://{host}:{service.port}"

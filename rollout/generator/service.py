@@ -10,14 +10,18 @@ thread and a finished request wakes its handler through the loop).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
+import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.weight_transport import WeightGroup
 
 from .codec import TextCodec
@@ -55,11 +59,20 @@ class EngineService:
         codec: TextCodec,
         group_timeout_s: float = 600.0,
         weights_dirs: Sequence[str] = (),
+        limits: Optional[EmbeddedConfig] = None,
     ):
         self.engine, self.meta, self.codec = engine, meta, codec
+        self.limits = limits or EmbeddedConfig()  # the request limits (generator.embedded.max_*)
         self.group_timeout_s = group_timeout_s
-        self.weights_dirs = list(weights_dirs)  # /update_weights_from_disk loads only inside these
+        # /update_weights_from_disk loads only inside these (absolute: the working folder may change)
+        self.weights_dirs = [os.path.abspath(d) for d in weights_dirs]
         self.groups: Dict[str, WeightGroup] = {}
+        # Weight-group joins and transfers wait on peers for up to minutes: each runs on a daemon
+        # thread of its own (`peer_call`), never in asyncio's default executor (the control routes'
+        # `to_thread` calls, which hung joins would starve), and none is waited for at exit
+        # (SIGTERM stops the server at once). One join at a time: `joining` is the one in progress.
+        self.joining: Optional[concurrent.futures.Future] = None
+        self.abandoned_joins: set = set()  # joins answered (timed out) whose threads still wait
         self.host, self.port = "", 0  # where `serve` listens
         self.started = int(time.time())
 
@@ -76,6 +89,7 @@ class EngineService:
         busy = [r for r in rids if self.engine.has_rid(r)]
         if busy:
             raise BadRequest(f"rid {busy[0]!r} is already in flight")
+        self._admission(len(items))
         scored: Dict[tuple, Any] = {}  # n samples of one prompt share its prompt log-probs
         keys = [(tuple(it.input_ids), it.spec.temperature, it.top_logprobs_num, wants_prompt(it)) for it in items]
         for key, it in zip(keys, items):
@@ -87,24 +101,40 @@ class EngineService:
         futures = [loop.create_future() for _ in items]
         stream = on_event is not None
         reqs = [self._request(it, i, loop, futures[i], progress, stream) for i, it in enumerate(items)]
+        self._admission(len(items))  # again: other requests queued while the prompts were scored
         for req in reqs:
             self.engine.submit(req)
+        thin, sent = self.limits.stream_thinning, [0] * len(reqs)
         try:
             left = len(reqs) if stream else 0
             while left:
                 i, n = await progress.get()  # n: tokens at the event; None: the sequence ended
+                if n is not None and thin and n - sent[i] < sent[i] // thin:
+                    continue  # cumulative chunks: one per 1/thin growth keeps a stream's bytes linear
+                if n is not None:
+                    sent[i] = n
                 view = reqs[i] if n is None else snapshot(reqs[i], n)
                 await on_event(i, view, prompt_lps[i], n is None)
                 left -= n is None
             await asyncio.gather(*futures)
         except (asyncio.CancelledError, ConnectionError):  # the client went away: stop its requests
-            for rid in rids:
-                await asyncio.to_thread(self.engine.abort, rid, "client disconnected")
+            await asyncio.to_thread(self.engine.abort_many, rids, "client disconnected")  # one pass
             raise
         failed = next((r for r in reqs if r.error is not None), None)
         if failed is not None and not stream:
             raise RequestError(failed.error, 500)
         return reqs, prompt_lps
+
+    def _admission(self, n: int) -> None:
+        """Refuse (503, as SGLang's full queue) a request whose sequences would take the waiting
+        queue past `max_waiting_sequences`: the client retries later or elsewhere."""
+        cap, waiting = self.limits.max_waiting_sequences, self.engine.waiting()
+        if waiting + n > cap:
+            raise RequestError(
+                f"The request queue is full: {waiting} sequences wait, this request adds {n}, the limit is "
+                f"{cap} (generator.embedded.max_waiting_sequences); retry later",
+                503,
+            )
 
     async def _prompt_logprobs(self, item: ParsedGenerate):
         if not wants_prompt(item):
@@ -143,10 +173,28 @@ class EngineService:
         )
 
     async def close(self) -> None:
-        """Leave the weight-update groups and stop the engine (the app's cleanup)."""
+        """Leave the weight-update groups and stop the engine (the app's cleanup). A join or a
+        transfer still waiting on its peer is abandoned (its thread is not waited for)."""
         for g in self.groups.values():
             g.close()
         await asyncio.to_thread(self.engine.stop)
+
+
+def peer_call(fn, *args, name: str) -> concurrent.futures.Future:
+    """`fn(*args)` on a daemon thread of its own: a call that waits on a network peer, which
+    nothing (no executor shutdown, no interpreter exit) waits for in turn."""
+    fut: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting handler
+            fut.set_exception(e)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return fut
 
 
 def wants_prompt(item: ParsedGenerate) -> bool:

@@ -4,10 +4,11 @@ still gets an ordinary error answer."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
+
+from .protocol import dumps
 
 
 class EventStream:
@@ -22,7 +23,7 @@ class EventStream:
 
     async def send(self, event: Any) -> None:
         await self.start()
-        await self.response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        await self.response.write(b"data: " + dumps(event).encode() + b"\n\n")
 
     async def end(self) -> web.StreamResponse:
         await self.start()

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import time
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import List
 
 from aiohttp import web
@@ -24,7 +25,7 @@ from areal_mem.weight_transport import BucketMeta, WeightGroup
 from .admin_requests import CheckWeights, InitWeightsUpdateGroup, UpdateWeightFromDisk, UpdateWeightsFromDistributed
 from .disk_weights import allowed_path, load_safetensors_dir
 from .errors import BadRequest, RequestError
-from .service import EngineService
+from .service import EngineService, peer_call
 from .validator import RequestValidator
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 # SGLang's ParallelismInfo of the one rank an embedded server has
 ONE_RANK = dict(role="target", tp_rank=0, tp_size=1, dp_rank=0, dp_size=1, pp_rank=0, pp_size=1, rank=0, size=1)
 WEIGHT_BACKENDS = ("nccl", "gloo")
+MAX_ABANDONED_JOINS = 4  # joins left waiting on silent peers (a thread and a socket each); more: 429
 # what a weight transfer can fail with: a refused body or path, a bad checkpoint (WeightLoadError
 # is a ValueError), torch.distributed and file errors, tensors of the wrong kind
 TRANSFER_FAILURES = (BadRequest, ValueError, OSError, RuntimeError, TypeError)
@@ -85,8 +87,9 @@ class WeightRoutes:
         async def load(body: UpdateWeightFromDisk):
             if not body.model_path or "\0" in body.model_path:
                 raise BadRequest("model_path: expected a folder path")
-            real = allowed_path(body.model_path, self.service.weights_dirs)
-            return await asyncio.to_thread(load_safetensors_dir, real), True
+            dirs = self.service.weights_dirs
+            real = allowed_path(body.model_path, dirs)
+            return await asyncio.to_thread(load_safetensors_dir, real, dirs), True
 
         return await self._update(request, UpdateWeightFromDisk, load)
 
@@ -104,7 +107,8 @@ class WeightRoutes:
                     f"call /init_weights_update_group first (have {sorted(groups)})"
                 )
             meta = BucketMeta(body.names, body.dtypes, body.shapes)
-            return await asyncio.to_thread(group.receive_bucket, meta, self.engine.device), False
+            fut = peer_call(group.receive_bucket, meta, self.engine.device, name="weight-transfer")
+            return await asyncio.wrap_future(fut), False
 
         return await self._update(request, UpdateWeightsFromDistributed, load)
 
@@ -125,18 +129,61 @@ class WeightRoutes:
             backend = b.backend or ("nccl" if self.engine.device.type == "cuda" else "gloo")
             if backend not in WEIGHT_BACKENDS:
                 raise BadRequest(f"backend: expected one of {WEIGHT_BACKENDS}, got {backend[:60]!r}")
-            group = await asyncio.to_thread(
-                WeightGroup.join,
-                b.master_address,
-                b.master_port,
-                b.world_size,
-                b.rank_offset,
-                b.group_name,
-                backend,
-                self.service.group_timeout_s,
-            )
+            group = await self._join(b, backend)
         self.service.groups[b.group_name] = group
         return web.json_response({"success": True, "message": f"joined {b.group_name} as rank {group.rank}"})
+
+    async def _join(self, b: InitWeightsUpdateGroup, backend: str) -> WeightGroup:
+        """Join on a thread of its own, one join at a time (another while one waits: 409), within
+        `weight_group_connect_timeout_s` (the rendezvous and the group's set-up); the joined
+        group's broadcasts then wait up to `weight_group_timeout_s`. A join whose client left
+        before it ended is left again when it ends."""
+        service = self.service
+        if service.joining is not None and not service.joining.done():
+            raise BadRequest(
+                "another /init_weights_update_group is waiting for its peer; one join at a time "
+                f"(each is answered within generator.embedded.weight_group_connect_timeout_s = "
+                f"{service.limits.weight_group_connect_timeout_s:g} s)",
+                409,
+            )
+        if len(service.abandoned_joins) >= MAX_ABANDONED_JOINS:
+            raise BadRequest(
+                f"{len(service.abandoned_joins)} earlier joins still wait on peers that never answered; "
+                "try again later",
+                429,
+            )
+        connect_s = min(service.limits.weight_group_connect_timeout_s, service.group_timeout_s)
+        args = (b.master_address, b.master_port, b.world_size, b.rank_offset, b.group_name, backend, connect_s)
+        fut = service.joining = peer_call(WeightGroup.join, *args, name="weight-group-join")
+        failed = f"no weight-update group with {b.master_address}:{b.master_port} within {connect_s:g} s"
+        try:
+            # torch's store client bounds its connect, not its first read: a peer that accepts and
+            # never answers holds the join's thread; the answer does not wait for it
+            group = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), connect_s + 1.0)
+        except (asyncio.CancelledError, TimeoutError) as e:
+            self._abandon(fut)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            raise BadRequest(f"{failed} (generator.embedded.weight_group_connect_timeout_s): no answer") from None
+        except RuntimeError as e:  # torch's DistNetworkError / DistStoreError (timeouts) are RuntimeErrors
+            raise BadRequest(f"{failed} (generator.embedded.weight_group_connect_timeout_s): {e}") from None
+        group.pg.set_timeout(timedelta(seconds=service.group_timeout_s))
+        return group
+
+    def _abandon(self, fut) -> None:
+        """A join no client waits for any more: counted until its thread ends (the group it may
+        still join is left at once), and no longer the join in progress."""
+        service = self.service
+        service.abandoned_joins.add(fut)
+        if service.joining is fut:
+            service.joining = None
+
+        def ended(f) -> None:
+            service.abandoned_joins.discard(f)
+            if f.exception() is None:
+                f.result().close()
+
+        fut.add_done_callback(ended)
 
     async def weights_checker(self, request: web.Request) -> web.Response:
         """SGLang's `/weights_checker`, action `checksum`, in SGLang's answer shape, each checksum

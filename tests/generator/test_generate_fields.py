@@ -74,7 +74,7 @@ SAMPLING = {
     "structural_tag": ("{}", "refused"),
     "ignore_eos": (True, "honoured"),
     "skip_special_tokens": (False, "honoured"),
-    "spaces_between_special_tokens": (False, "refused"),
+    "spaces_between_special_tokens": (False, "honoured"),  # slime sends false on every request
     "no_stop_trim": (True, "honoured"),
     "stream_interval": (2, "honoured"),
     "logit_bias": ({"5": 1.0}, "refused"),

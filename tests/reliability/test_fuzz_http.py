@@ -44,7 +44,10 @@ def not_(*kinds) -> st.SearchStrategy:
 
 STR, INT, BOOL, LIST, DICT, NUM = (str,), (int,), (bool,), (list,), (dict,), (int, float)
 BLANK = st.sampled_from(["", "   ", "\n\t"])
-SURROGATE = st.just("\ud800 lone surrogate")
+SURROGATE = st.sampled_from(["\ud800 lone surrogate", "\udfff", "a\udc80b"])
+NON_FINITE = st.sampled_from([float("nan"), float("inf"), float("-inf")])
+# every numeric field also gets these: NaN/inf, integers past int64 and float, negative ones
+NUMERIC_EDGES = NON_FINITE | HUGE_INTS | st.integers(max_value=-1)
 
 
 @dataclass
@@ -101,8 +104,9 @@ GENERATOR = {
         {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 1}},
         {
             "input_ids": not_(*LIST) | st.just([]) | BAD_IDS,
-            "text": not_(*STR) | st.text(max_size=5),
-            "rid": not_(*STR),
+            "text": not_(*STR) | st.text(max_size=5) | SURROGATE | st.lists(SURROGATE, min_size=1, max_size=2),
+            "rid": not_(*STR) | SURROGATE,
+            "top_logprobs_num": not_(*INT) | st.integers(min_value=21) | NUMERIC_EDGES,
             "stream": not_(*BOOL),
             "return_logprob": not_(*BOOL),
             "sampling_params": not_(DICT[0], LIST[0]) | st.lists(not_(*DICT), min_size=1, max_size=1),
@@ -110,35 +114,44 @@ GENERATOR = {
             SP + "temperature": not_(*NUM)
             | st.floats(max_value=-1e-9)
             | st.sampled_from([float("nan"), float("inf"), 10**400]),
-            SP + "top_p": not_(*NUM) | st.floats(max_value=0) | st.floats(min_value=1.0001),
-            SP + "top_k": not_(*INT) | st.integers(max_value=-2) | st.just(0) | HUGE_INTS,
-            SP + "min_p": not_(*NUM) | st.floats(max_value=-1e-9) | st.floats(min_value=1.0001),
-            SP + "min_new_tokens": not_(*INT) | st.integers(max_value=-1),
-            SP + "stop": not_(STR[0], LIST[0]) | st.lists(not_(*STR) | st.just(""), min_size=1, max_size=2),
-            SP + "stop_token_ids": not_(*LIST) | BAD_IDS,
-            SP + "sampling_seed": not_(*INT) | st.integers(max_value=-1) | st.integers(min_value=2**64),
+            SP + "top_p": not_(*NUM) | st.floats(max_value=0) | st.floats(min_value=1.0001) | NUMERIC_EDGES,
+            SP + "top_k": not_(*INT) | st.integers(max_value=-2) | st.just(0) | HUGE_INTS | NON_FINITE,
+            SP + "min_p": not_(*NUM) | st.floats(max_value=-1e-9) | st.floats(min_value=1.0001) | NUMERIC_EDGES,
+            SP + "min_new_tokens": not_(*INT) | NUMERIC_EDGES,
+            SP + "stop": not_(STR[0], LIST[0])
+            | st.lists(not_(*STR) | st.just("") | SURROGATE, min_size=1, max_size=2)
+            | SURROGATE,
+            SP + "stop_token_ids": not_(*LIST) | BAD_IDS | st.lists(NUMERIC_EDGES, min_size=1, max_size=2),
+            SP + "sampling_seed": not_(*INT) | st.integers(min_value=2**64) | NUMERIC_EDGES,
             SP + "ignore_eos": not_(*BOOL),
             SP + "skip_special_tokens": not_(*BOOL),
-            SP + "n": st.integers(max_value=0) | st.integers(min_value=1025) | not_(*INT),
+            SP + "n": st.integers(max_value=0) | st.integers(min_value=1025) | not_(*INT) | NUMERIC_EDGES,
+            SP + "stream_interval": not_(*INT) | st.integers(max_value=0) | NUMERIC_EDGES,
         },
         "ignored",
     ),
     ("POST", "/pause_generation"): Route(
         {"mode": "in_place"},
-        {"mode": not_(*STR) | st.text(max_size=8).filter(lambda s: s not in ("abort", "retract", "in_place"))},
+        {
+            "mode": not_(*STR)
+            | st.text(max_size=8).filter(lambda s: s not in ("abort", "retract", "in_place"))
+            | SURROGATE
+        },
         "ignored",
     ),
     ("POST", "/continue_generation"): Route({}, {}, "ignored"),
     ("POST", "/abort_request"): Route(
-        {"rid": "nothing-in-flight"}, {"rid": not_(*STR), "abort_all": not_(*BOOL)}, "ignored"
+        {"rid": "nothing-in-flight"}, {"rid": not_(*STR) | SURROGATE, "abort_all": not_(*BOOL)}, "ignored"
     ),
     ("POST", "/update_weights_from_disk"): Route(
         {"model_path": "<allowed>/copy"},
         {
-            "model_path": not_(*STR) | st.sampled_from(["", "/", "/etc", "<allowed>/../..", "relative/dir"]),
+            "model_path": not_(*STR)
+            | st.sampled_from(["", "/", "/etc", "<allowed>/../..", "relative/dir"])
+            | SURROGATE,
             "load_format": st.text(min_size=1, max_size=6).filter(lambda s: s not in ("auto", "safetensors"))
             | not_(*STR),
-            "weight_version": not_(*STR),
+            "weight_version": not_(*STR) | SURROGATE,
             "abort_all_requests": not_(*BOOL),
             "flush_cache": not_(*BOOL),
         },
@@ -154,27 +167,29 @@ GENERATOR = {
             "backend": "gloo",
         },
         {
-            "master_address": not_(*STR) | st.just(""),
-            "master_port": not_(*INT) | st.integers(max_value=0) | st.integers(min_value=65536),
-            "rank_offset": not_(*INT) | st.integers(max_value=0) | st.integers(min_value=2),
-            "world_size": not_(*INT) | st.integers(max_value=1) | st.integers(min_value=(1 << 16) + 1),
-            "group_name": not_(*STR) | st.just(""),
+            "master_address": not_(*STR) | st.just("") | SURROGATE,
+            "master_port": not_(*INT) | st.integers(max_value=0) | st.integers(min_value=65536) | NUMERIC_EDGES,
+            "rank_offset": not_(*INT) | st.integers(max_value=0) | st.integers(min_value=2) | NUMERIC_EDGES,
+            "world_size": not_(*INT) | st.integers(max_value=1) | st.integers(min_value=(1 << 16) + 1) | NUMERIC_EDGES,
+            "group_name": not_(*STR) | st.just("") | SURROGATE,
             "backend": st.text(max_size=6).filter(lambda s: s not in ("", "nccl", "gloo")) | not_(*STR),
         },
     ),
     ("POST", "/update_weights_from_distributed"): Route(
         {"names": ["x"], "dtypes": ["float32"], "shapes": [[1]], "group_name": "no-such-group"},
         {
-            "names": not_(*LIST) | st.lists(not_(*STR), min_size=1, max_size=1),
+            "names": not_(*LIST) | st.lists(not_(*STR) | SURROGATE, min_size=1, max_size=1),
             "dtypes": not_(*LIST) | st.lists(not_(*STR), min_size=1, max_size=1),
-            "shapes": not_(*LIST) | st.lists(not_(*LIST), min_size=1, max_size=1),
-            "group_name": not_(*STR),
+            "shapes": not_(*LIST)
+            | st.lists(not_(*LIST), min_size=1, max_size=1)
+            | st.lists(st.lists(NUMERIC_EDGES, min_size=1, max_size=2), min_size=1, max_size=1),
+            "group_name": not_(*STR) | SURROGATE,
         },
         "ignored",
     ),
     ("POST", "/update_weight_version"): Route(
         {"new_version": "0", "abort_all_requests": False},
-        {"new_version": not_(*STR), "abort_all_requests": not_(*BOOL)},
+        {"new_version": not_(*STR) | SURROGATE, "abort_all_requests": not_(*BOOL)},
         "ignored",
     ),
     # OpenAI-compatible (pydantic lax, as SGLang and vLLM validate: "5" is an int there), bad
@@ -182,26 +197,39 @@ GENERATOR = {
     ("POST", "/v1/completions"): Route(
         {"model": "fuzz", "prompt": [5, 6], "max_tokens": 1},
         {
-            "model": LAX_NOT_STR,
-            "prompt": not_(STR[0], LIST[0]) | st.just([[5], "a"]),
-            "max_tokens": LAX_NOT_INT | st.integers(max_value=-1),
-            "temperature": LAX_NOT_NUM | st.floats(max_value=-1e-9) | st.floats(min_value=2.0001),
-            "top_p": LAX_NOT_NUM | st.floats(max_value=0) | st.floats(min_value=1.0001),
-            "n": LAX_NOT_INT | st.integers(max_value=0) | st.integers(min_value=129),
+            "model": LAX_NOT_STR | SURROGATE,
+            "prompt": not_(STR[0], LIST[0])
+            | st.just([[5], "a"])
+            | SURROGATE
+            | st.lists(SURROGATE, min_size=1, max_size=2),
+            "max_tokens": LAX_NOT_INT | NUMERIC_EDGES,
+            "temperature": LAX_NOT_NUM | st.floats(max_value=-1e-9) | st.floats(min_value=2.0001) | NUMERIC_EDGES,
+            "top_p": LAX_NOT_NUM | st.floats(max_value=0) | st.floats(min_value=1.0001) | NUMERIC_EDGES,
+            "n": LAX_NOT_INT | st.integers(max_value=0) | st.integers(min_value=129) | NUMERIC_EDGES,
             "stream": LAX_NOT_BOOL,
-            "logprobs": LAX_NOT_INT | st.integers(max_value=-1) | st.integers(min_value=21),
-            "presence_penalty": LAX_NOT_NUM | st.floats(min_value=0.001, max_value=2.0),
-            "seed": LAX_NOT_INT | st.integers(max_value=-1),
+            "logprobs": LAX_NOT_INT | st.integers(min_value=21) | NUMERIC_EDGES,
+            "presence_penalty": LAX_NOT_NUM | st.floats(min_value=0.001, max_value=2.0) | NON_FINITE,
+            "seed": LAX_NOT_INT | NUMERIC_EDGES,
+            "min_p": LAX_NOT_NUM | st.floats(min_value=1.0001) | NUMERIC_EDGES,
+            "min_tokens": LAX_NOT_INT | NUMERIC_EDGES,
+            "top_k": LAX_NOT_INT | st.just(0) | HUGE_INTS | st.integers(max_value=-2) | NON_FINITE,
+            "stop_token_ids": st.lists(NUMERIC_EDGES | st.integers(min_value=VOCAB), min_size=1, max_size=2),
+            "stop": st.lists(SURROGATE, min_size=1, max_size=2) | SURROGATE,
         },
     ),
     ("POST", "/v1/chat/completions"): Route(
         {"model": "fuzz", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
         {
-            "messages": st.sampled_from(["x", 3, {}]) | st.just([]) | st.just([{"role": "robot", "content": "x"}]),
-            "max_completion_tokens": LAX_NOT_INT | st.integers(max_value=-1),
+            "messages": st.sampled_from(["x", 3, {}])
+            | st.just([])
+            | st.just([{"role": "robot", "content": "x"}])
+            | SURROGATE.map(lambda s: [{"role": "user", "content": s}]),
+            "max_completion_tokens": LAX_NOT_INT | NUMERIC_EDGES,
             "logprobs": LAX_NOT_BOOL,
-            "top_logprobs": LAX_NOT_INT | st.integers(min_value=21),
-            "stop": not_(STR[0], LIST[0]),
+            "top_logprobs": LAX_NOT_INT | st.integers(min_value=21) | NUMERIC_EDGES,
+            "stop": not_(STR[0], LIST[0]) | SURROGATE,
+            "temperature": LAX_NOT_NUM | NUMERIC_EDGES,
+            "stop_token_ids": st.lists(NUMERIC_EDGES | st.integers(min_value=VOCAB), min_size=1, max_size=2),
         },
     ),
     ("POST", "/flush_cache"): Route({}, {}, "ignored"),
@@ -355,7 +383,7 @@ def test_sampling_params_refuse_unknown_keys_like_sglang(generator_service):
 
 def test_bodies_over_the_limit_get_413_and_the_services_stay_up(retriever_service, generator_service, checks):
     from areal_mem.config.retriever import RetrieverConfig
-    from areal_mem.rollout.generator.server import MAX_BODY_BYTES
+    from areal_mem.rollout.generator.validator import MAX_BODY_BYTES
 
     pad = b" " * RetrieverConfig().max_body_bytes
     status, body = retriever_service.call("POST", "/search", raw=b'{"query": "a"}' + pad)

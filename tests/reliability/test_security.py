@@ -215,7 +215,8 @@ def test_default_weights_folders_cover_the_disk_publisher_and_restarts(tmp_path)
     from areal_mem.config.learner import PublishConfig, PublisherKind
     from areal_mem.learner.publishers import make_publisher
     from areal_mem.rollout.generator.command import _weights_dirs
-    from areal_mem.rollout.generator.server import ForbiddenPath, allowed_path
+    from areal_mem.rollout.generator.disk_weights import allowed_path
+    from areal_mem.rollout.generator.errors import ForbiddenPath
 
     cfg = load_run(overrides=[f"run_dir={tmp_path}/run", f"model.path={tmp_path}/model"])
     dirs = _weights_dirs(cfg, cfg.model.path)
