@@ -1,6 +1,7 @@
-"""`areal-mem retriever build|serve`: build an index from a corpus file, serve it over HTTP.
+"""`areal-mem retriever build|import|serve`: build an index from a corpus file, import a faiss
+index built elsewhere (Search-R1's wiki-18 `e5_Flat.index`) without copying it, serve either over HTTP.
 
-Both take the run config (`--config FILE ... retriever.key=value`); the flags below are
+All take the run config (`--config FILE ... retriever.key=value`); the flags below are
 shorthands that win over the config.
 """
 
@@ -15,7 +16,7 @@ from areal_mem.config import RunConfig, load_config
 from areal_mem.config.arguments import add_config_arguments, add_serve_parser
 from areal_mem.config.model import ModelConfig
 
-HELP = "build a dense (faiss) or BM25 index of a corpus, or serve one over HTTP"
+HELP = "build a dense (faiss) or BM25 index of a corpus, import a faiss index built elsewhere, or serve one over HTTP"
 TOKEN_ENV = "AREAL_MEM_RETRIEVER_TOKEN"
 
 
@@ -46,6 +47,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_arguments(b)
+
+    i = sub.add_parser(
+        "import",
+        help="import a faiss index built elsewhere (Search-R1's e5_Flat.index) with its corpus",
+        description="Check a faiss Flat/HNSW inner-product index against its corpus (row i = line i) and "
+        "the encoder, then write an index folder that `retriever serve` serves: the index and corpus are "
+        "hard-linked (same filesystem) or referenced, never copied; offsets.u64 locates each corpus line.",
+    )
+    i.add_argument("--faiss", required=True, metavar="FILE", help="the faiss index file (e.g. e5_Flat.index)")
+    i.add_argument("--corpus", required=True, metavar="FILE", help="the plain jsonl it was built from (wiki-18.jsonl)")
+    i.add_argument("--out", required=True, metavar="DIR", help="index folder to write")
+    i.add_argument(
+        "--encoder",
+        metavar="PATH",
+        help="the encoder the index was built with, folder or hub id (config: retriever.encoder.path; "
+        "wiki-18: intfloat/e5-base-v2)",
+    )
+    i.add_argument("--pooling", choices=["mean", "cls"], help="config: retriever.encoder.pooling (e5: mean)")
+    i.add_argument("--query-prefix", metavar="TEXT", help="config: retriever.encoder.query_prefix (e5: 'query: ')")
+    i.add_argument(
+        "--passage-prefix", metavar="TEXT", help="config: retriever.encoder.passage_prefix (e5: 'passage: ')"
+    )
+    i.add_argument("--max-length", type=int, metavar="N", help="config: retriever.encoder.max_length (Search-R1: 256)")
+    i.add_argument("--reference", action="store_true", help="reference the files by absolute path, never hard-link")
+    i.add_argument("--sample", type=int, default=16, metavar="N", help="passages in the self-retrieval check")
+    i.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_config_arguments(i)
 
     s = add_serve_parser(
         sub,
@@ -90,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from .manifest import IndexMismatchError
 
     try:
-        return _build(args) if args.action == "build" else _serve(args)
+        return {"build": _build, "import": _import, "serve": _serve}[args.action](args)
     except (CorpusError, IndexMismatchError, InsecureBindError, FileNotFoundError, MissingExtra) as e:
         print(f"areal-mem retriever {args.action}: {e}", file=sys.stderr)
         return 2
@@ -120,6 +148,44 @@ def _build(args: argparse.Namespace) -> int:
     m = build_index(args.corpus, args.out, rc.kind, rc, show_progress=not args.quiet)
     rate = m.count / m.build_seconds if m.build_seconds else float("nan")
     print(f"built {m.kind} index of {m.count} passages in {m.build_seconds:.1f}s ({rate:.0f} passages/s) -> {args.out}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from areal_mem.config.retriever import Pooling
+    from areal_mem.extras import require
+
+    from .encoder import set_threads
+    from .importer import import_index
+
+    rc = _retriever_config(args)
+    enc = rc.encoder
+    for flag, key in (("encoder", "path"), ("query_prefix", "query_prefix"), ("passage_prefix", "passage_prefix")):
+        if getattr(args, flag) is not None:
+            setattr(enc, key, getattr(args, flag))
+    if args.pooling:
+        enc.pooling = Pooling(args.pooling)
+    if args.max_length:
+        enc.max_length = args.max_length
+    if args.sample < 1:
+        print("areal-mem retriever import: --sample must be at least 1", file=sys.stderr)
+        return 2
+    require(("cpu", "gpu"), ["faiss"], "importing a faiss index")
+    set_threads(rc.threads)
+    m = import_index(
+        args.faiss,
+        args.corpus,
+        args.out,
+        enc,
+        reference=args.reference,
+        sample=args.sample,
+        show_progress=not args.quiet,
+    )
+    imp = m.imported
+    print(
+        f"imported {imp['index']['factory']} index of {m.count} passages ({imp['index']['linked']} {imp['index']['file']}, "
+        f"corpus {imp['corpus']['linked']} {imp['corpus']['file']}) in {m.build_seconds:.1f}s -> {args.out}"
+    )
     return 0
 
 

@@ -44,9 +44,7 @@ def split_title(contents: str) -> Tuple[str, str]:
 
 
 def _open(path: str) -> IO[bytes]:
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
 
 
 class CorpusReader:
@@ -86,22 +84,31 @@ class CorpusReader:
             yield chunk
 
     def _parse(self, raw: bytes, lineno: int) -> Passage:
-        where = f"{self.path}:{lineno}"
-        try:
-            obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            raise CorpusError(f"{where}: not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
-        if not isinstance(obj, dict):
-            raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        pid, contents = obj.get("id"), obj.get("contents")
-        if isinstance(pid, int) and not isinstance(pid, bool):
-            pid = str(pid)
-        if not isinstance(pid, str) or not pid:
-            raise CorpusError(f"{where}: field 'id' must be a non-empty string, got {pid!r}")
-        if not isinstance(contents, str):
-            raise CorpusError(f"{where}: field 'contents' must be a string, got {type(contents).__name__}")
-        rest = {k: v for k, v in obj.items() if k not in ("id", "contents")}
-        return Passage(pid, contents, json.dumps(rest, ensure_ascii=False) if rest else "")
+        return parse_line(raw, f"{self.path}:{lineno}")
+
+
+def parse_line(raw: bytes, where: str) -> Passage:
+    """One corpus line as a `Passage`; `CorpusError` naming `where` when it cannot be used."""
+    try:
+        obj = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise CorpusError(f"{where}: not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
+    if not isinstance(obj, dict):
+        raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    pid, contents = obj.get("id"), obj.get("contents")
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        pid = str(pid)
+    if not isinstance(pid, str) or not pid:
+        raise CorpusError(f"{where}: field 'id' must be a non-empty string, got {pid!r}")
+    if not isinstance(contents, str):
+        raise CorpusError(f"{where}: field 'contents' must be a string, got {type(contents).__name__}")
+    rest = {k: v for k, v in obj.items() if k not in ("id", "contents")}
+    return Passage(pid, contents, json.dumps(rest, ensure_ascii=False) if rest else "")
+
+
+def is_gzip(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
 
 
 def corpus_checksum(path: str) -> Tuple[str, int]:

@@ -120,9 +120,12 @@ MATMUL_MIN_QUERIES = 8
 class DenseSearcher:
     """Encodes queries in one forward pass and searches the whole batch with one call."""
 
-    def __init__(self, index_dir: str, encoder, cfg: FaissConfig):
+    def __init__(self, index_dir: str, encoder, cfg: FaissConfig, path: str = ""):
+        """`path`: the faiss file when it is not `index_dir/faiss.index` (an imported index)."""
         faiss = _faiss()
-        index = faiss.read_index(os.path.join(index_dir, FAISS_FILE))
+        path = path or os.path.join(index_dir, FAISS_FILE)
+        flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if cfg.mmap and not cfg.gpu else 0
+        index = faiss.read_index(path, flags)
         ivf = faiss.try_extract_index_ivf(index)
         if ivf is not None:
             ivf.nprobe = cfg.ivf_nprobe

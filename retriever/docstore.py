@@ -4,6 +4,10 @@ Search results are row numbers; the store turns them into `{"id", "contents", ..
 holding the corpus in Python objects (wiki-18 is 21M passages). A passage's other corpus fields
 (`title`, `url`, ...) are kept as JSON text in an `extra` column and merged into its document;
 an index built before that column existed serves `{"id", "contents"}` as it did.
+
+An imported index (`areal-mem retriever import`) keeps no copy of its corpus: `OffsetDocStore`
+memory-maps `offsets.u64` (the byte offset of each passage line) and reads a line by positional
+read when it is asked for, so serving wiki-18 (14 GB of jsonl) holds none of it in memory.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ import json
 import os
 from typing import List, Sequence
 
+import numpy as np
 import pyarrow as pa
 
-from .corpus import Passage
+from .corpus import Passage, parse_line
 
 DOCS = "docs.arrow"
+OFFSETS = "offsets.u64"  # little-endian uint64 byte offset of each passage line of the corpus
 SCHEMA = pa.schema([("id", pa.string()), ("contents", pa.large_string()), ("extra", pa.large_string())])
 
 
@@ -74,3 +80,56 @@ class DocStore:
             extra = self._extra[j][i].as_py() if self._extra[j] is not None else ""
             out.append({**json.loads(extra), **doc} if extra else doc)
         return out
+
+
+class OffsetDocStore:
+    """Documents read from the corpus file itself: row i is the line at `offsets[i]`.
+
+    The offsets are a memory map (8 bytes a passage, paged in as touched) and a line is one
+    `os.pread` (a seek and read in one call, safe from any thread), so memory does not grow
+    with the corpus. A line that no longer parses raises `CorpusError` naming file and row.
+    """
+
+    READ = 4096  # bytes per read; wiki-18 lines are about 600 bytes
+
+    def __init__(self, corpus_path: str, offsets_path: str):
+        self.path = corpus_path
+        size = os.path.getsize(offsets_path)
+        if size % 8:
+            raise ValueError(f"{offsets_path}: {size} bytes, not a whole number of uint64 offsets")
+        self._offsets = np.memmap(offsets_path, dtype="<u8", mode="r") if size else np.zeros(0, "<u8")
+        self._fd = os.open(corpus_path, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def line(self, row: int) -> bytes:
+        """The raw bytes of passage `row`'s line, without its newline."""
+        if not 0 <= row < len(self):
+            raise IndexError(f"document row {row} outside 0..{len(self) - 1}")
+        off, parts = int(self._offsets[row]), []
+        while True:
+            chunk = os.pread(self._fd, self.READ, off)
+            end = chunk.find(b"\n")
+            if end >= 0 or not chunk:
+                parts.append(chunk[:end] if end >= 0 else chunk)
+                return b"".join(parts)
+            parts.append(chunk)
+            off += len(chunk)
+
+    def get(self, rows: Sequence[int]) -> List[dict]:
+        """Documents of `rows`, in that order."""
+        out = []
+        for row in rows:
+            p = parse_line(self.line(row), f"{self.path} row {row}")
+            doc = {"id": p.id, "contents": p.contents}
+            out.append({**json.loads(p.extra), **doc} if p.extra else doc)
+        return out
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()

@@ -8,6 +8,7 @@ that an index's manifest records.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 from dataclasses import asdict
@@ -58,6 +59,12 @@ class Encoder:
         self.fingerprint = _fingerprint(model)  # before any dtype cast: the same at every dtype
         self.model = model.to(cfg.device, getattr(torch, Dtype(cfg.dtype).value)).eval()
         self.dim = int(self.model.config.hidden_size)
+
+    def with_settings(self, cfg: EncoderConfig) -> Encoder:
+        """The same loaded weights under other pooling/prefix/length settings (same path, device, dtype)."""
+        other = copy.copy(self)
+        other.cfg = cfg
+        return other
 
     def identity(self) -> dict:
         """What must match between an index and the encoder that queries it."""

@@ -7,14 +7,14 @@ from typing import List, Optional, Tuple
 from areal_mem.config.retriever import Dtype, EncoderConfig, FaissConfig, IndexKind, Pooling
 
 from .corpus import corpus_checksum
-from .docstore import DocStore
+from .docstore import DocStore, OffsetDocStore
 from .manifest import IndexMismatchError, Manifest
 
 Hits = List[Tuple[dict, float]]
 
 
 class Index:
-    def __init__(self, manifest: Manifest, docs: DocStore, searcher):
+    def __init__(self, manifest: Manifest, docs: DocStore | OffsetDocStore, searcher):
         self.manifest, self.docs, self.searcher = manifest, docs, searcher
 
     @property
@@ -61,9 +61,20 @@ def load_index(
     if corpus_path is not None:
         checksum, count = corpus_checksum(corpus_path)
         manifest.check_corpus(checksum, count, corpus_path)
-    docs = DocStore(index_dir)
+    faiss_path = ""
+    if manifest.docstore == "offsets":  # `retriever import`: the corpus file read by offset
+        from .importer import check_imported, resolve
+
+        faiss_path, corpus_file = check_imported(index_dir, manifest)
+        docs = OffsetDocStore(corpus_file, resolve(index_dir, manifest.imported["offsets"]))
+    elif manifest.docstore == "arrow":
+        docs = DocStore(index_dir)
+    else:
+        raise IndexMismatchError(f"{index_dir}: unknown docstore {manifest.docstore!r} in its manifest")
     if len(docs) != manifest.count:
-        raise IndexMismatchError(f"{index_dir}: docs.arrow holds {len(docs)} documents, manifest says {manifest.count}")
+        raise IndexMismatchError(
+            f"{index_dir}: the {manifest.docstore} docstore holds {len(docs)} documents, manifest says {manifest.count}"
+        )
     if IndexKind(manifest.kind) == IndexKind.bm25:
         from .sparse import BM25Searcher
 
@@ -75,4 +86,4 @@ def load_index(
     given = encoder is not None
     enc = Encoder(encoder if given else _encoder_from_manifest(manifest, device, dtype))
     manifest.check_encoder(enc.identity(), where=None if given else "the model at that path has changed")
-    return Index(manifest, docs, DenseSearcher(index_dir, enc, faiss or FaissConfig()))
+    return Index(manifest, docs, DenseSearcher(index_dir, enc, faiss or FaissConfig(), path=faiss_path))

@@ -19,6 +19,8 @@ FORMAT_VERSION = 1
 ENCODER_KEYS = ("fingerprint", "dim", "pooling", "normalize", "query_prefix", "passage_prefix", "max_length")
 # Where and how fast it was built, not what it answers: left out of the checksum.
 NOT_IDENTITY = ("corpus_path", "build_seconds")
+# In an import record: where the files sit and how the import went, not what they hold.
+IMPORT_NOT_IDENTITY = ("source", "file", "linked", "check", "offsets")
 
 
 class IndexMismatchError(ValueError):
@@ -37,6 +39,8 @@ class Manifest:
     index: dict = field(default_factory=dict)  # faiss or bm25 settings
     build_seconds: float = 0.0
     format_version: int = FORMAT_VERSION
+    docstore: str = "arrow"  # arrow: docs.arrow in the folder | offsets: offsets.u64 into the corpus file
+    imported: dict = field(default_factory=dict)  # `retriever import`: the index and corpus files it uses
 
     def checksum(self) -> str:
         """sha256 of what the index answers from: corpus checksum and count, kind, encoder
@@ -45,6 +49,16 @@ class Manifest:
         files themselves would take minutes at wiki-18 size (tens of GB) on every start."""
         identity = {k: v for k, v in asdict(self).items() if k not in NOT_IDENTITY}
         identity["encoder"] = {k: v for k, v in self.encoder.items() if k != "path"}
+        if self.docstore == "arrow":  # built indexes keep the checksum they had before imports existed
+            identity.pop("docstore")
+        if not self.imported:
+            identity.pop("imported")
+        else:
+            identity["imported"] = {
+                part: {k: v for k, v in rec.items() if k not in IMPORT_NOT_IDENTITY} if isinstance(rec, dict) else rec
+                for part, rec in self.imported.items()
+                if part not in IMPORT_NOT_IDENTITY
+            }
         return "sha256:" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
     def save(self, out_dir: str) -> None:
@@ -57,7 +71,9 @@ class Manifest:
     def load(cls, index_dir: str) -> Manifest:
         path = os.path.join(index_dir, MANIFEST)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"{index_dir}: no {MANIFEST}; build the index with `areal-mem retriever build`")
+            raise FileNotFoundError(
+                f"{index_dir}: no {MANIFEST}; build the index with `areal-mem retriever build` (or `areal-mem retriever import` one built elsewhere)"
+            )
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
         if raw.get("format_version") != FORMAT_VERSION:

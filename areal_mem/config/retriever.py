@@ -53,6 +53,9 @@ class FaissConfig:
     pq_nbits: int = 8  # bits per sub-quantiser code (2**nbits centroids each)
     train_size: int = 50000  # vectors sampled (the corpus head) to train IVF-PQ
     gpu: bool = False  # use faiss-gpu when installed; refused with a clear error otherwise
+    # memory-map the vectors (Flat, HNSW's storage) instead of reading them into the process: the
+    # page cache holds them once for every replica on the host, and startup does not read 64 GB
+    mmap: bool = False
 
 
 @dataclass
@@ -75,7 +78,10 @@ class RetrieverConfig:
     split_title: bool = False  # encode/index only the text of `"Title"\ntext` (title dropped)
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free port
-    urls: List[str] = field(default_factory=list)  # running services; empty: start one
+    urls: List[str] = field(default_factory=list)  # running services; empty: start `replicas` of them
+    # retriever processes the launcher starts (each loads the index; clients spread over them and
+    # fail over); on Ray they go to nodes that offer a `retriever` resource, one unit each
+    replicas: int = 1
     top_n: int = 5  # what the search tool asks for
     max_top_n: int = 100  # requests asking for more get HTTP 400
     max_queries: int = 1024  # queries in one batch request

@@ -4,7 +4,8 @@ Services start in order, each ready (its URL in its ready file) before the next;
 then the learner ranks and the rollout workers. A process that dies is restarted
 after a backoff (0, 1, 3, 7... s, at most 30 s; at most `launcher.max_restarts`
 times): a rollout worker as it was; a service (generator, buffer, retriever) on its
-old port, so every client reaches it again at the same address (the buffer recovers
+old port, so every client reaches it again at the same address (`retriever.replicas` > 1:
+the clients fail over to the other replicas meanwhile; the buffer recovers
 from its run dir); a generator with the current weights: the disk publisher's newest
 push, or, under the distributed publisher, paused until the learner has pushed the
 weights it last published into it (`learner/publishers`); the learner ranks together,
@@ -69,10 +70,13 @@ class LocalLauncher:
         return child
 
     def start_services(self) -> Addresses:
-        for spec in service_specs(self.cfg, self.config_path):
+        specs = service_specs(self.cfg, self.config_path)
+        if any(s.name.startswith("retriever") for s in specs):
+            self.addresses.retriever = []
+        for spec in specs:
             url = self._start(spec).url
-            if spec.name == "retriever":
-                self.addresses.retriever = [url]
+            if spec.name.startswith("retriever"):  # retriever, or replicas retriever0, retriever1, ...
+                self.addresses.retriever.append(url)
             elif spec.name == "buffer":
                 self.addresses.buffer = url
             else:

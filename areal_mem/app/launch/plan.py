@@ -50,9 +50,16 @@ def service_specs(cfg: RunConfig, config_path: str) -> List[ProcessSpec]:
     """The services the config does not already point at, in start order."""
     specs = []
     if not cfg.retriever.urls:
-        specs.append(
-            ProcessSpec("retriever", ["retriever", "serve", "--config", config_path], service=True, restart=True)
-        )
+        n = cfg.retriever.replicas
+        for i in range(n):  # one index each; the clients spread over them (retriever/client.py)
+            specs.append(
+                ProcessSpec(
+                    "retriever" if n == 1 else f"retriever{i}",
+                    ["retriever", "serve", "--config", config_path],
+                    service=True,
+                    restart=True,
+                )
+            )
     if not cfg.generator.urls:
         gpu = cfg.generator.backend.value == "sglang"
         for i in range(cfg.generator.num_servers):

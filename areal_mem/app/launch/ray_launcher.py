@@ -3,7 +3,8 @@
 Same specs, start order, restart rules and supervision as `LocalLauncher` (this
 class only changes where a process runs): one `ProcessActor` per process, reserving
 the spec's resources (or `launcher.ray_resources.<role>`), so SGLang generators land
-on GPU nodes and workers, buffer and retriever anywhere; the learner ranks share one
+on GPU nodes and workers, buffer and retriever anywhere (the retriever replicas on nodes
+offering a `retriever` resource, one unit each, when the cluster has any); the learner ranks share one
 placement group and rank 0's node is their MASTER_ADDR; a learner that dies is restarted as
 under the local launcher (all ranks, resuming from the last checkpoint) in a placement group
 acquired anew, so ranks whose node is gone land on the nodes that remain. On a multi-node cluster the
@@ -120,6 +121,8 @@ class RayLauncher(LocalLauncher):
         token = secrets.token_hex(16) if self.bind_node_ip else ""
         self.token_env = {k: token for k in TOKEN_ENVS} if token else {}
         self.run_id = secrets.token_hex(4)
+        # nodes started with `--resources '{"retriever": N}'` hold the retriever replicas (N each)
+        self.retriever_nodes = sum(n.get("Resources", {}).get("retriever", 0) for n in nodes)
         self.actors: Dict[str, ray.actor.ActorHandle] = {}
         self._actor_serial = itertools.count()  # a replaced actor's name may not be free yet
         self.pg = None
@@ -133,6 +136,8 @@ class RayLauncher(LocalLauncher):
     def actor_options(self, spec: ProcessSpec) -> dict:
         res = dict(spec.resources)
         cpus, gpus = res.pop("CPU", 1.0), res.pop("GPU", 0.0)
+        if role_of(spec.name) == "retriever" and getattr(self, "retriever_nodes", 0):
+            res.setdefault("retriever", 1.0)
         role = self.cfg.launcher.ray_resources.get(role_of(spec.name))
         if role is not None:
             cpus = role.num_cpus if role.num_cpus >= 0 else cpus
