@@ -84,6 +84,7 @@ RANGES: Dict[str, Range] = {
     "retriever.chunk_size": ONE,
     "retriever.threads": at_least(0, "the library default"),
     "retriever.port": PORT,
+    "retriever.replicas": ONE,
     "retriever.top_n": ONE,
     "retriever.max_top_n": ONE,
     "retriever.max_queries": ONE,
