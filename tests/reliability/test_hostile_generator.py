@@ -577,3 +577,26 @@ def test_the_retriever_closes_slow_headers_too(retriever_service):
     finally:
         stop.set()
         drip.join()
+
+
+def test_a_full_waiting_queue_is_a_503_and_the_queued_requests_complete(own_generator):
+    _, svc = own_generator(max_waiting_sequences=8)
+    assert svc.call("POST", "/pause_generation", {"mode": "in_place"})[0] == 200  # everything queues
+    pool = ThreadPoolExecutor(1)
+    try:
+        queued = pool.submit(
+            svc.call, "POST", "/generate", {"input_ids": [[5, 6]] * 8, "sampling_params": {"max_new_tokens": 2}}
+        )
+        deadline = time.monotonic() + 10
+        while svc.call("GET", "/server_info")[1]["internal_states"][0]["in_flight"] < 8:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        status, out = svc.call("POST", "/generate", {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2}})
+        assert status == 503 and "max_waiting_sequences" in out["error"]["message"], out
+        assert svc.call("POST", "/continue_generation", {})[0] == 200
+        status, out = queued.result(timeout=60)
+        assert status == 200 and len(out) == 8 and all(len(o["output_ids"]) == 2 for o in out)
+        assert svc.call("POST", "/generate", {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2}})[0] == 200
+    finally:
+        svc.call("POST", "/continue_generation", {})
+        pool.shutdown()
