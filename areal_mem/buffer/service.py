@@ -156,6 +156,8 @@ class BufferService(flight.FlightServerBase):
             size += chunk.data.nbytes
             got += chunk.data.num_rows
             if size > self.max_group_bytes:
+                del chunk, chunks  # the refused stream's buffers go back to the pool ...
+                pa.default_memory_pool().release_unused()  # ... and the pool's to the system
                 raise SchemaError(
                     f"the stream passed {size} bytes, over the limit of "
                     f"{self.max_group_bytes} bytes (buffer.max_group_mb)"

@@ -220,3 +220,43 @@ def test_an_ack_acks_only_the_groups_served_under_its_batch_id(serve):
     assert client.stats()["pending_groups"] == 2 and client.stats()["groups_acked"] == 0
     assert client.ack(batch.batch_id) == 1
     assert client.get_batch(2, timeout_s=5).group_ids == ["b", "c"]
+
+
+def test_one_record_batch_over_the_put_limit_costs_a_bounded_transient_and_is_refused(serve):
+    """gRPC hands the service a record batch only once it has received all of it (pyarrow's Flight
+    server has no message-size option), so one oversized batch costs its size before the refusal;
+    the service refuses it on its first look and gives the memory back, and others' puts go on."""
+    import threading
+
+    import numpy as np
+    import psutil
+
+    proc = serve()
+    server = psutil.Process(proc.child.proc.pid)
+    small = group_to_table(make_group("g-small"))
+    n = 80_000_000  # 320 MB of token ids in one row: over buffer.max_group_mb (256)
+    ids = pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), pa.array(np.zeros(n, dtype=np.int32)))
+    cols = {name: small.column(name)[:1] for name in small.column_names}
+    cols["input_ids"] = pa.chunked_array([ids.cast(small.schema.field("input_ids").type)])
+    table = pa.table(cols, schema=small.schema)
+    base, peak, done = server.memory_info().rss, [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], server.memory_info().rss)
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    client = proc.client()
+    t0 = time.monotonic()
+    with pytest.raises(BufferRefusedError, match=r"over the limit of 268435456 bytes \(buffer.max_group_mb\)"):
+        client.put_table(table, "g-big")
+    refused_s = time.monotonic() - t0
+    time.sleep(0.5)
+    done.set()
+    watcher.join()
+    after = server.memory_info().rss - base
+    assert refused_s < 10 and peak[0] - base < 2.5 * table.nbytes  # measured: 1.99x, ~1 s
+    assert after < table.nbytes  # measured: 0.45-0.66x kept by gRPC and the allocator, not a whole copy
+    assert client.put_group(make_group("g-after")) and client.stats()["pending_groups"] == 1
