@@ -149,7 +149,8 @@ class BufferService(flight.FlightServerBase):
         dup = sorted(n for n, k in Counter(names).items() if k > 1)
         if dup:
             raise SchemaError(f"duplicate column(s) {[d[:80] for d in dup[:5]]}")
-        chunks, size, got = [], 0, 0
+        chunks: list = []
+        size, got = 0, 0
         for chunk in reader:
             if chunk.data is None:  # a metadata-only message carries no rows
                 continue
