@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from areal_mem.buffer.launch import BufferProcess
@@ -55,3 +56,27 @@ def serve(tmp_path):
     yield start
     for p in procs:
         p.stop()
+
+
+def unchecked_table(group: Group) -> pa.Table:
+    """The group's rows as a hostile writer builds them: no writer-side check or filtering."""
+    from areal_mem.buffer.schema import CONTEXT_SCHEMA
+
+    rows = [
+        dict(
+            group_id=group.group_id,
+            traj_id=t.traj_id,
+            turn=i,
+            is_final=i == len(t.contexts) - 1,
+            input_ids=c.input_ids,
+            prompt_len=c.prompt_len,
+            loss_mask=c.loss_mask,
+            behav_logp=c.behav_logp,
+            versions=c.versions,
+            reward=t.reward,
+            start_version=t.start_version,
+        )
+        for t in group.trajectories
+        for i, c in enumerate(t.contexts)
+    ]
+    return pa.Table.from_pylist(rows, schema=CONTEXT_SCHEMA)

@@ -17,7 +17,7 @@ import pytest
 from areal_mem.buffer import BufferRefusedError, group_to_table
 from areal_mem.trajectory import Context, Group, Trajectory
 
-from .conftest import make_group
+from .conftest import make_group, unchecked_table
 
 
 def _group(gid: str, **ctx) -> Group:
@@ -46,30 +46,6 @@ def _raw_put(url: str, table: pa.Table, body: dict) -> None:
         raw.close()
 
 
-def _table(group: Group) -> pa.Table:
-    """The group's rows as a hostile writer builds them: no writer-side check or filtering."""
-    from areal_mem.buffer.schema import CONTEXT_SCHEMA
-
-    rows = [
-        dict(
-            group_id=group.group_id,
-            traj_id=t.traj_id,
-            turn=i,
-            is_final=i == len(t.contexts) - 1,
-            input_ids=c.input_ids,
-            prompt_len=c.prompt_len,
-            loss_mask=c.loss_mask,
-            behav_logp=c.behav_logp,
-            versions=c.versions,
-            reward=t.reward,
-            start_version=t.start_version,
-        )
-        for t in group.trajectories
-        for i, c in enumerate(t.contexts)
-    ]
-    return pa.Table.from_pylist(rows, schema=CONTEXT_SCHEMA)
-
-
 def _honest_round_trip(client, gid: str) -> None:
     assert client.put_group(make_group(gid)) is True
     batch = client.get_batch(1, timeout_s=10)
@@ -95,7 +71,7 @@ BAD_VALUES = [
 def test_values_the_learner_cannot_train_are_refused_by_name(serve, tmp_path, ctx, needle):
     buf = serve(overrides=["buffer.vocab_size=60000", "buffer.max_staleness=2"])
     client = buf.client()
-    table = _table(_group("bad", **ctx))
+    table = unchecked_table(_group("bad", **ctx))
     with pytest.raises(flight.FlightServerError) as e:
         _raw_put(buf.url, table, {"group_id": "bad", "rows": table.num_rows})
     assert json.loads(e.value.extra_info) == {"code": "invalid"}
@@ -119,7 +95,7 @@ def test_bad_rewards_and_start_versions_are_refused(serve, field, value, needle)
     group = _group("bad")
     for t in group.trajectories:
         setattr(t, field, value)
-    table = _table(group)
+    table = unchecked_table(group)
     with pytest.raises(flight.FlightServerError, match=needle):
         _raw_put(buf.url, table, {"group_id": "bad", "rows": table.num_rows})
     _honest_round_trip(buf.client(), "honest")

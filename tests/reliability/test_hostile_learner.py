@@ -17,6 +17,7 @@ from areal_mem.learner.batch import BadGroupError, check_group, collate, rows_fr
 from areal_mem.learner.loss import ppo_token_loss
 from areal_mem.learner.trainer import Trainer
 from areal_mem.trajectory import Context, Group, Trajectory
+from tests.buffer.conftest import unchecked_table
 
 VOCAB = 64
 
@@ -107,7 +108,7 @@ def test_the_trainer_quarantines_a_bad_group_and_never_sees_it_again(tmp_path, m
     client = BufferClient(svc.url)
     try:
         for g in (BAD["nan log-prob"][0], BAD["inf reward"][0], _group("good-a"), _group("good-b")):
-            client.put_table(_table(g), g.group_id)
+            client.put_table(unchecked_table(g), g.group_id)
         trainer = Trainer(RunConfig(run_dir=str(tmp_path / "run")), _Engine(), buffer=client, batch_groups=2)
         groups, batch_id, _, _, quarantined = trainer._next_batch()  # the first batch is all bad
         assert [g.group_id for g in groups] == ["good-a", "good-b"] and quarantined == 2
@@ -119,28 +120,3 @@ def test_the_trainer_quarantines_a_bad_group_and_never_sees_it_again(tmp_path, m
     finally:
         client.close()
         svc.shutdown()
-
-
-def _table(group: Group):
-    import pyarrow as pa
-
-    from areal_mem.buffer.schema import CONTEXT_SCHEMA
-
-    rows = [
-        dict(
-            group_id=group.group_id,
-            traj_id=t.traj_id,
-            turn=i,
-            is_final=i == len(t.contexts) - 1,
-            input_ids=c.input_ids,
-            prompt_len=c.prompt_len,
-            loss_mask=c.loss_mask,
-            behav_logp=c.behav_logp,
-            versions=c.versions,
-            reward=t.reward,
-            start_version=t.start_version,
-        )
-        for t in group.trajectories
-        for i, c in enumerate(t.contexts)
-    ]
-    return pa.Table.from_pylist(rows, schema=CONTEXT_SCHEMA)
