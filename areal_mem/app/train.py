@@ -232,11 +232,19 @@ class TrainPipeline:
         return final
 
     def report_dev_curve(self) -> None:
-        """The evaluation beside training, if any: into the summary, the console and a PNG."""
+        """The training batches' reward and EM by step, and the evaluation beside training, if
+        any: into the summary, the console and PNGs."""
         from areal_mem import policy_snapshots
 
-        from .evaluation.during_training import curve_table, plot_curve
+        from .evaluation.during_training import curve_table, plot_curve, plot_training
 
+        metrics = os.path.join(self.cfg.run_dir, "metrics.jsonl")
+        if os.path.exists(metrics):
+            with open(metrics, encoding="utf-8") as f:
+                train = [r for r in map(json.loads, f) if r.get("kind") == "train"]
+            png = plot_training(train, os.path.join(self.cfg.run_dir, "training.png"))
+            if png:
+                print(f"[train] training curve (reward and EM by step): {png}", flush=True)
         rows = policy_snapshots.read_curve(self.cfg.run_dir)
         if not rows:
             return

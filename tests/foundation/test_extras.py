@@ -79,7 +79,9 @@ def test_the_dev_curve_of_a_training_run_needs_matplotlib(monkeypatch, capsys, t
     hide(monkeypatch, "matplotlib")
     run_dir = tmp_path / "run"
     err = run_refused(["train", "--config", DEBUG, f"run_dir={run_dir}", "eval.interval=10"], capsys, run_dir)
-    assert "areal-mem train: the dev curve of eval.interval > 0 (eval_during/curve.png) needs matplotlib" in err
+    assert (
+        "areal-mem train: the curves a training run draws (training.png, eval_during/curve.png) needs matplotlib" in err
+    )
     assert "a core dependency of areal-mem" in err
 
 
@@ -92,3 +94,9 @@ def test_the_core_install_draws_the_dev_curve(tmp_path):
     assert path == str(tmp_path / "curve.png")
     with open(path, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    from areal_mem.app.evaluation.during_training import plot_training
+
+    train = [{"step": s, "reward": 0.1 * s, "em": 5.0 * s} for s in range(1, 4)]
+    assert plot_training(train, str(tmp_path / "training.png")) == str(tmp_path / "training.png")
+    assert (tmp_path / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot_training([], str(tmp_path / "none.png")) is None

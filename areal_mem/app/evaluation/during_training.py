@@ -283,8 +283,8 @@ def _cell(value: Optional[float], width: int) -> str:
     return f"{value:>{width}.1f}" if value is not None else "-".rjust(width)
 
 
-def plot_curve(rows: List[Dict[str, Any]], path: str) -> Optional[str]:
-    """EM and F1 against version as a PNG. matplotlib is a core dependency, checked when the run
+def _pyplot():
+    """matplotlib.pyplot on the file backend. matplotlib is a core dependency, checked when the run
     starts (`require_extras`); None only where it still fails to import (a broken install)."""
     try:
         import matplotlib
@@ -292,6 +292,36 @@ def plot_curve(rows: List[Dict[str, Any]], path: str) -> Optional[str]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def plot_training(rows: List[Dict[str, Any]], path: str) -> Optional[str]:
+    """The training batches' mean reward and EM against the learner step (metrics.jsonl rows of
+    kind "train") as a PNG; None without rows or without matplotlib."""
+    plt = _pyplot()
+    if plt is None or not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps = [r["step"] for r in rows]
+    ax.plot(steps, [r["reward"] for r in rows], label="reward")
+    if all("em" in r for r in rows):
+        ax.plot(steps, [r["em"] for r in rows], linestyle="--", label="EM")
+    ax.set_xlabel("learner step")
+    ax.set_ylabel("training batch mean")
+    ax.set_title("rollouts the learner trained on")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_curve(rows: List[Dict[str, Any]], path: str) -> Optional[str]:
+    """EM and F1 against version as a PNG; None without matplotlib (`_pyplot`)."""
+    plt = _pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(6, 3.5))
     versions = [r["version"] for r in rows]

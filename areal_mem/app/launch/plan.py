@@ -187,14 +187,14 @@ def serves_dense_index(cfg: RunConfig) -> bool:
 def require_extras(cfg: RunConfig, *, launcher: bool, retriever: bool, curve: bool) -> None:
     """The modules outside the core install that this run will need, checked before it starts
     anything (areal_mem.extras): ray for `launcher.kind=ray` (`launcher`), faiss where it serves
-    a dense index itself (`retriever`), matplotlib (core) for the dev curve of the evaluation
-    beside training (`curve`, with `eval.interval` > 0)."""
+    a dense index itself (`retriever`), matplotlib (core) for the curves a training run draws
+    (`curve`: the training batches' reward and EM, and the dev curve of `eval.interval` > 0)."""
     if launcher and cfg.launcher.kind == LauncherKind.ray:
         require("ray", ["ray"], "launcher.kind=ray")
     if retriever and serves_dense_index(cfg):
         require(("cpu", "gpu"), ["faiss"], f"a dense index (retriever.index_dir={cfg.retriever.index_dir})")
-    if curve and cfg.eval.interval > 0:
-        require("", ["matplotlib"], "the dev curve of eval.interval > 0 (eval_during/curve.png)")
+    if curve:
+        require("", ["matplotlib"], "the curves a training run draws (training.png, eval_during/curve.png)")
 
 
 def worker_specs(cfg: RunConfig, config_path: str, addresses: Addresses) -> List[ProcessSpec]:
