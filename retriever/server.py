@@ -146,4 +146,5 @@ def serve(index: Index, cfg: RetrieverConfig, ready_file: Optional[str] = None) 
     url = url_of(sock, cfg.host)
     write_ready_file(ready_file or "", url)  # the socket already listens: early clients queue
     print(f"retriever: serving {index.manifest.kind} index of {index.count} documents at {url}", flush=True)
-    run_guarded(make_app(index, cfg), sock)  # web.run_app with a header read timeout and a connection cap
+    # web.run_app with a header read timeout and a connection cap
+    run_guarded(make_app(index, cfg), sock, cfg.http_read_timeout_s, cfg.max_connections)

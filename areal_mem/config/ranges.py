@@ -90,6 +90,8 @@ RANGES: Dict[str, Range] = {
     "retriever.max_queries": ONE,
     "retriever.max_body_bytes": ONE,
     "retriever.max_query_chars": ONE,
+    "retriever.http_read_timeout_s": POSITIVE,
+    "retriever.max_connections": ONE,
     "retriever.batch_window_ms": at_least(0, "take what queued during the last search"),
     "retriever.max_batch_size": ONE,
     "retriever.cache_size": at_least(0, "off"),

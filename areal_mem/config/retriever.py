@@ -90,6 +90,8 @@ class RetrieverConfig:
     # search thread serves everyone (a 900 kB query took 1.9 s; questions and model queries are
     # under 1,000 characters)
     max_query_chars: int = 4096
+    http_read_timeout_s: float = 30.0  # a request's headers must arrive within this (slow clients are closed)
+    max_connections: int = 1024  # open client connections; more are closed at once
     batch_window_ms: float = 0.0  # extra wait for company; 0: take what queued during the last search
     max_batch_size: int = 64  # queries per micro-batch; 1 = one at a time (the global-lock baseline)
     cache_size: int = 0  # LRU cache of (query, top_n) answers in the service, in entries; 0: off
