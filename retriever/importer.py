@@ -315,7 +315,7 @@ def import_index(
     return manifest
 
 
-def _refusal(faiss_path, index, rows, texts, cfg, encoder, result, described) -> str:
+def _refusal(faiss_path, index, rows, texts, cfg: EncoderConfig, encoder, result, described) -> str:
     lines = [
         f"self-retrieval check failed for {faiss_path}: of {result.sampled} sampled passages encoded with "
         f"{described}, {result.summary()}."
