@@ -18,7 +18,7 @@ and pass `--real-model FILE.gguf`; with the package installed the name is found 
     bash scripts/gpu_check.sh [--out docs/reports/gpu_check]    # one H200: about 8 minutes
     bash scripts/gpu_check.sh --smoke --out /tmp/gc              # CPU: tiny shapes, a few steps
 
-`--smoke` keeps every code path and shrinks every size; tests/bench/test_gpu_check.py runs it.
+`--smoke` keeps every code path and shrinks every size; tests/bench/test_gpu_check.py (slow) runs it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,17 @@
 """scripts/gpu_check.sh --smoke on CPU: every measurement of the GPU acceptance run at tiny sizes,
-so that the script a lent GPU runs once cannot rot."""
+so that the script a lent GPU runs once cannot rot. About two minutes (five stages, two of them
+whole training runs), so `slow`: run it before a GPU session, `pytest -m slow tests/bench/test_gpu_check.py`."""
 
 import json
 import os
 import subprocess
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.slow
 def test_the_gpu_check_runs_every_measurement_at_tiny_sizes(tmp_path):
     res = subprocess.run(
         ["bash", os.path.join(REPO, "scripts", "gpu_check.sh"), "--smoke", "--out", str(tmp_path)],
