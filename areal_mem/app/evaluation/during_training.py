@@ -296,6 +296,16 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, ax, path: str) -> str:
+    """Grid, legend, tight layout; the figure written to `path` and closed."""
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def plot_training(rows: List[Dict[str, Any]], path: str) -> Optional[str]:
     """The training batches' mean reward and EM against the learner step (metrics.jsonl rows of
     kind "train") as a PNG; None without rows or without matplotlib."""
@@ -310,12 +320,7 @@ def plot_training(rows: List[Dict[str, Any]], path: str) -> Optional[str]:
     ax.set_xlabel("learner step")
     ax.set_ylabel("training batch mean")
     ax.set_title("rollouts the learner trained on")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, path)
 
 
 def plot_curve(rows: List[Dict[str, Any]], path: str) -> Optional[str]:
@@ -332,9 +337,4 @@ def plot_curve(rows: List[Dict[str, Any]], path: str) -> Optional[str]:
     ax.set_xlabel("policy version")
     ax.set_ylabel("dev %")
     ax.set_title(f"greedy evaluation beside training ({rows[0]['questions']} dev questions)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, path)
