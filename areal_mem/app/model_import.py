@@ -30,7 +30,6 @@ from areal_mem import extras
 HELP = "import a model (a .gguf file, a transformers folder, or smollm2-135m-instruct) as a folder every service loads"
 
 RECORD = "areal_mem_import.json"
-MARKUP = ("<|im_start|>", "<|im_end|>")  # what the workflows' chat contexts are made of
 
 
 @dataclass(frozen=True)
@@ -112,15 +111,13 @@ def gguf_architecture(path: str) -> tuple[str, Counter]:
 
 
 def check_markup(tokenizer: Any) -> Dict[str, int]:
-    """The ids of the chat markup the workflows write and stop on; refused by name when absent."""
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in MARKUP}
-    missing = [t for t, i in ids.items() if i is None or i == tokenizer.unk_token_id]
-    if missing:
-        raise ImportRefused(
-            f"the tokenizer has no single token for {', '.join(missing)}: the MemSearcher and ReAct workflows "
-            "write ChatML contexts (<|im_start|>role ... <|im_end|>) and stop on <|im_end|>"
-        )
-    return ids
+    """The workflows' ChatML ids (`markup_ids`), refused here, at import, when the tokenizer lacks them."""
+    from areal_mem.rollout.workflows.tokens import markup_ids
+
+    try:
+        return markup_ids(tokenizer)
+    except ValueError as e:
+        raise ImportRefused(str(e)) from None
 
 
 def _load_gguf(path: str, record: ImportRecord):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from importlib import resources
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from areal_mem.generation import GenerationResult
 from areal_mem.trajectory import Context
@@ -48,12 +48,21 @@ def decode(tokenizer: Any, ids: List[int]) -> str:
     return tokenizer.decode(ids, skip_special_tokens=False)
 
 
-def stop_token_ids(tokenizer: Any) -> List[int]:
-    ids = [tokenizer.convert_tokens_to_ids(t) for t in (IM_END, IM_START)]
-    missing = [t for t, i in zip((IM_END, IM_START), ids) if i is None or i == tokenizer.unk_token_id]
+def markup_ids(tokenizer: Any) -> Dict[str, int]:
+    """The ids of the ChatML tokens the workflows write and stop on; ValueError naming the missing."""
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (IM_START, IM_END)}
+    missing = [t for t, i in ids.items() if i is None or i == tokenizer.unk_token_id]
     if missing:
-        raise ValueError(f"the tokenizer has no special token(s) {missing}; the workflows need Qwen chat markup")
+        raise ValueError(
+            f"the tokenizer has no single token for {', '.join(missing)}: the MemSearcher and ReAct workflows "
+            "write ChatML contexts (<|im_start|>role ... <|im_end|>) and stop on <|im_end|>"
+        )
     return ids
+
+
+def stop_token_ids(tokenizer: Any) -> List[int]:
+    ids = markup_ids(tokenizer)
+    return [ids[IM_END], ids[IM_START]]
 
 
 class ContextBuilder:
