@@ -30,6 +30,7 @@ BENCHES = {
     "eval": "benchmarks.harness.eval_overhead",
     "seeds": "benchmarks.harness.seeds",
     "paper": "benchmarks.harness.paper",
+    "retrieval": "benchmarks.harness.retrieval",
     "all": "benchmarks.harness.report",
 }
 
