@@ -6,9 +6,10 @@ the format RL will see. `OraclePolicy` writes MemSearcher's, `ReActOraclePolicy`
 ReAct's (`oracle_for` picks by workflow name), so two workflows compared after the
 same SFT recipe start from demonstrations of the same plan. From the prompt it reads the question and
 the memory; it knows each world question's supporting passages, searches their
-titles in order, keeps in the memory, as `Title: sentences`, only the sentences of
-each found passage that bear on the question (they name the answer, or the bridge
-entity outside the bridge's own passage, or state a number for a comparison; the
+titles in order (a chain of k hops: k searches, each for the entity the passage before
+names), keeps in the memory, as `Title: sentences`, only the sentences of
+each found passage that bear on the question (they name the answer, or the next
+entity of the chain, or state a number for a comparison; the
 whole passage when none does), so a tiny model has little to copy, and answers in `\\boxed{}` once the memory holds
 them all. With `mistake_rate` it searches a wrong title, forgets the new passage,
 or answers wrongly. The ReAct oracle follows the same plan, but what it has found is
@@ -78,14 +79,24 @@ def split_documents(docs_text: str) -> Dict[str, str]:
     return out
 
 
-def fact_sentences(text: str, task: Task, title: str = "") -> str:
-    """The sentences of a passage that bear on `task`: they hold a golden answer or the bridge
-    entity, or (comparisons) a number; the whole text when none does. In the bridge entity's
-    own passage (`title`, the second hop) every sentence names the bridge, so there only the
-    answer's sentences are kept: the memory holds one fact per hop, and fewer names that a tiny
-    model could copy in place of the answer."""
+def chain_of(task: Task) -> List[str]:
+    """The entities a bridge question's hops after the first find, in order: the world's `chain`
+    (more than two hops), or its `bridge` alone (two hops); empty for other questions."""
+    chain = task.metadata.get("chain")
+    if chain:
+        return [str(c) for c in chain]
     bridge = task.metadata.get("bridge")
-    keys = [a for a in task.golden_answers if a] + ([bridge] if bridge and bridge != title else [])
+    return [str(bridge)] if bridge else []
+
+
+def fact_sentences(text: str, task: Task, title: str = "") -> str:
+    """The sentences of a passage that bear on `task`: they hold a golden answer or an entity of
+    the bridge's chain (`chain_of`: the next hop's), or (comparisons) a number; the whole text
+    when none does. In a chain entity's own passage (`title`) every sentence names it, so there
+    only the sentences naming another entity of the chain (the next hop's) or the answer are
+    kept: the memory holds one fact per hop, and fewer names that a tiny model could copy in
+    place of the answer. For two hops the chain is the bridge alone, as it always was."""
+    keys = [a for a in task.golden_answers if a] + [c for c in chain_of(task) if c != title]
     numbers = task.metadata.get("type") == "comparison"
     kept = [x for x in _SENTENCE_END.split(text) if any(k in x for k in keys) or (numbers and re.search(r"\d", x))]
     return " ".join(kept) or text

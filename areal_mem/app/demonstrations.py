@@ -38,11 +38,18 @@ def write_demonstrations(
     seed: int = 0,
     concurrency: int = 16,
     progress: bool = True,
+    question_type: str = "",
 ) -> Dict[str, float]:
-    """Oracle demonstrations for the world's `split`, written by the oracle of `rollout.workflow`
-    through that workflow with the rollout config's settings."""
+    """Oracle demonstrations for the world's `split` (only its `question_type` questions, the
+    world's `type`, when given: a cost measured per bridge question needs no other), the first
+    `limit` of them (0: all), written by the oracle of `rollout.workflow` through that workflow
+    with the rollout config's settings."""
     oracle = oracle_class(cfg)  # before any work: a workflow without one is refused
     tasks = read_tasks(os.path.join(cfg.world.dir, f"{split}.jsonl"))
+    if question_type:
+        tasks = [t for t in tasks if t.metadata.get("type") == question_type]
+        if not tasks:
+            raise ValueError(f"the world's {split} split in {cfg.world.dir} has no {question_type!r} question")
     tasks = tasks[:limit] if limit else tasks
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
     policy = oracle(

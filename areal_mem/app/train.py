@@ -77,7 +77,8 @@ class TrainPipeline:
 
             size = world_size(w.passages, w.questions, w.dev_fraction, w.test_fraction) if w.build else None
             try:
-                check_built_world(w.dir, world_filters(types, attributes, chains), w.seed if w.build else None, size)
+                filters = world_filters(types, attributes, chains, w.hops)
+                check_built_world(w.dir, filters, w.seed if w.build else None, size)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         elif w.build:
@@ -85,7 +86,16 @@ class TrainPipeline:
 
             log.info("building the synthetic world in %s", w.dir)
             build_world(
-                w.dir, w.seed, w.passages, w.questions, w.dev_fraction, w.test_fraction, types, attributes, chains
+                w.dir,
+                w.seed,
+                w.passages,
+                w.questions,
+                w.dev_fraction,
+                w.test_fraction,
+                types,
+                attributes,
+                chains,
+                w.hops,
             )
         if os.path.exists(manifest):
             # the world the run trained and evaluated on, as it was then: question ids are

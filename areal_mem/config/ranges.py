@@ -60,6 +60,8 @@ RANGES: Dict[str, Range] = {
     "world.questions": ONE,
     "world.dev_fraction": SHARE,
     "world.test_fraction": SHARE,
+    # the world's chains (areal_mem/app/world/questions.py MIN_HOPS, MAX_HOPS)
+    "world.hops": Range(min=2, max=8),
     # model
     "model.init.vocab_size": ONE,
     "model.init.hidden_size": ONE,

@@ -9,7 +9,7 @@ from omegaconf import II
 
 class QuestionType(str, Enum):
     single = "single"  # one passage holds the answer
-    bridge = "bridge"  # two hops through a linking entity
+    bridge = "bridge"  # two hops through a linking entity (`world.hops`: more)
     comparison = "comparison"  # two passages, compare one attribute
 
 
@@ -30,3 +30,9 @@ class WorldConfig:
     # bridge questions follow only these two-hop chains (`kind.link.attr`, e.g.
     # person.birthplace.country: a person's birth city, then its country); empty: all
     bridge_chains: List[str] = field(default_factory=list)
+    # hops of every bridge question: 2 is the chains above; k > 2 names only the start entity and
+    # follows k - 1 links (work.creator, person.employer, org.founder, ...) whose last two hops
+    # are a `bridge_chains` chain ("In which country was the creator of X born?" is 3 hops), so
+    # each of the k passages is needed: the horizon at which MemSearcher's flat context is
+    # compared with ReAct's growing one (`python -m benchmarks paper --hops`, `... cost`)
+    hops: int = 2

@@ -15,7 +15,16 @@ import random
 from typing import Dict, List, NoReturn, Optional, Sequence
 
 from .entities import Entity, make_entities
-from .questions import SHARES, Question, check_attributes, check_chains, questions_for_split, type_shares
+from .questions import (
+    MAX_HOPS,
+    MIN_HOPS,
+    SHARES,
+    Question,
+    check_attributes,
+    check_chains,
+    questions_for_split,
+    type_shares,
+)
 from .render import render_passage
 
 SPLITS = ("train", "dev", "test")
@@ -31,16 +40,23 @@ def build_world(
     question_types: Optional[Sequence[str]] = None,
     single_attributes: Optional[Sequence[str]] = None,
     bridge_chains: Optional[Sequence[str]] = None,
+    hops: int = 2,
 ) -> Dict[str, object]:
     """Build the world into `out_dir` and return its manifest. `question_types` (default all)
     restricts the questions to those types, `single_attributes` (`kind.attr`, default all) the
     facts that single-hop questions ask for, `bridge_chains` (`kind.link.attr`, default all) the
-    two-hop chains of bridge questions."""
+    two-hop chains of bridge questions, or with `hops` above 2 the last two hops of their
+    chains (`questions.multi_hop_questions`). A world of 2 hops is the same bytes as before the
+    option existed, so the recipes' worlds and every report measured on them stay."""
     shares = type_shares(question_types)
     attributes = check_attributes(single_attributes)
     chains = check_chains(bridge_chains)
     if chains and "bridge" not in shares:
         raise ValueError(f"world.bridge_chains is {chains} but world.question_types {list(shares)} has no bridge")
+    if isinstance(hops, bool) or not isinstance(hops, int) or not MIN_HOPS <= hops <= MAX_HOPS:
+        raise ValueError(f"world.hops must be an integer in [{MIN_HOPS}, {MAX_HOPS}], got {hops!r}")
+    if hops != 2 and "bridge" not in shares:
+        raise ValueError(f"world.hops is {hops} but world.question_types {list(shares)} has no bridge")
     if passages < 50:
         raise ValueError(f"world.passages must be at least 50, got {passages}")
     if questions < 3:
@@ -71,7 +87,7 @@ def build_world(
     seen: Dict[str, bool] = {}
     counts: Dict[str, Dict[str, int]] = {}
     for split in SPLITS:
-        qs = questions_for_split(rng, split_of[split], by_name, targets[split], seen, shares, attributes, chains)
+        qs = questions_for_split(rng, split_of[split], by_name, targets[split], seen, shares, attributes, chains, hops)
         files[split] = os.path.join(out_dir, f"{split}.jsonl")
         with open(files[split], "w", encoding="utf-8") as f:
             for i, q in enumerate(qs):
@@ -83,7 +99,7 @@ def build_world(
         "passages": len(entities),
         "distractors": len(entities) - len(real),
         "questions": counts,
-        "filters": world_filters(list(shares), attributes, chains),
+        "filters": world_filters(list(shares), attributes, chains, hops),
         "size": world_size(passages, questions, dev_fraction, test_fraction),
         "sha256": {k: _sha256(p) for k, p in files.items()},
     }
@@ -94,15 +110,27 @@ def build_world(
 
 
 def world_filters(
-    question_types: Sequence[str], single_attributes: Optional[Sequence[str]], bridge_chains: Optional[Sequence[str]]
-) -> Dict[str, List[str]]:
+    question_types: Sequence[str],
+    single_attributes: Optional[Sequence[str]],
+    bridge_chains: Optional[Sequence[str]],
+    hops: int = 2,
+) -> Dict[str, object]:
     """The question filters a world was built with, as its manifest records them (sorted; empty:
-    all), so a run that finds a world already built can tell whether it is the one it asks for."""
-    return {
+    all), so a run that finds a world already built can tell whether it is the one it asks for.
+    `hops` only when it is not 2 (`FILTER_DEFAULTS`): a two-hop world's manifest is the same as
+    before the option existed."""
+    out: Dict[str, object] = {
         "question_types": sorted(set(question_types)),
         "single_attributes": sorted(set(single_attributes or [])),
         "bridge_chains": sorted(set(bridge_chains or [])),
     }
+    if hops != FILTER_DEFAULTS["hops"]:
+        out["hops"] = hops
+    return out
+
+
+# a filter a manifest may leave out, and what it then means (worlds built before it existed)
+FILTER_DEFAULTS: Dict[str, object] = {"hops": 2}
 
 
 def world_size(passages: int, questions: int, dev_fraction: float, test_fraction: float) -> Dict[str, object]:
@@ -112,7 +140,7 @@ def world_size(passages: int, questions: int, dev_fraction: float, test_fraction
 
 
 def check_built_world(
-    out_dir: str, filters: Dict[str, List[str]], seed: Optional[int] = None, size: Optional[Dict[str, object]] = None
+    out_dir: str, filters: Dict[str, object], seed: Optional[int] = None, size: Optional[Dict[str, object]] = None
 ) -> None:
     """Raise when the world in `out_dir` was built with other question filters than `filters`
     (`world_filters`), from another seed than `seed` or with other sizes than `size`
@@ -142,9 +170,10 @@ def check_built_world(
     built = manifest.get("filters")
     if built is None:
         return
-    for key, want in filters.items():
-        if built.get(key) != want:
-            _refuse(out_dir, key, f"{built.get(key)} ([] means all)", want)
+    for key in [*filters, *(k for k in FILTER_DEFAULTS if k not in filters)]:
+        want, have = filters.get(key, FILTER_DEFAULTS.get(key)), built.get(key, FILTER_DEFAULTS.get(key))
+        if have != want:
+            _refuse(out_dir, key, f"{have} ([] means all)" if isinstance(have, list) else have, want)
 
 
 def _refuse(out_dir: str, key: str, built: object, want: object) -> NoReturn:
@@ -156,7 +185,7 @@ def _refuse(out_dir: str, key: str, built: object, want: object) -> NoReturn:
 
 
 def _row(split: str, i: int, q: Question, by_name: Dict[str, Entity], pid: Dict[int, str]) -> dict:
-    return {
+    row = {
         "id": f"{split}_{i}",
         "question": q.question,
         "golden_answers": q.golden_answers,
@@ -165,6 +194,9 @@ def _row(split: str, i: int, q: Question, by_name: Dict[str, Entity], pid: Dict[
         "type": q.type,
         "bridge": q.bridge,
     }
+    if q.chain:  # more than two hops (a two-hop row is as it always was: its chain is `bridge`)
+        row["chain"] = q.chain
+    return row
 
 
 def _sha256(path: str) -> str:

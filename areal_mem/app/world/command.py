@@ -8,7 +8,7 @@ import time
 
 from areal_mem.config.world import QuestionType
 
-from .questions import BRIDGE
+from .questions import BRIDGE, MAX_HOPS, MIN_HOPS
 
 HELP = "build the synthetic search world (corpus + FlashRAG question splits)"
 
@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     chains_help = "bridge questions follow only these chains, e.g. person.birthplace.country (default: all)"
     chains = [".".join(k) for k in BRIDGE]
     parser.add_argument("--bridge-chains", nargs="+", choices=chains, metavar="KIND.LINK.ATTR", help=chains_help)
+    hops_help = (
+        f"hops of every bridge question, {MIN_HOPS}-{MAX_HOPS} (default 2); above 2 the chains end in a "
+        "--bridge-chains chain, e.g. 4: In which country is the employer of the creator of X headquartered?"
+    )
+    parser.add_argument("--hops", type=int, default=2, help=hops_help)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
             args.question_types,
             args.single_attributes,
             args.bridge_chains,
+            args.hops,
         )
     except ValueError as e:
         print(f"areal-mem world: {e}")

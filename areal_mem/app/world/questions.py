@@ -1,4 +1,12 @@
-"""Questions over the world: 1-hop facts, 2-hop bridges and comparisons, in varied phrasings."""
+"""Questions over the world: 1-hop facts, bridges of 2 or more hops and comparisons, in varied phrasings.
+
+A bridge of k hops names only its start entity and follows k - 1 of the world's links (a work's
+creator, a person's employer, an organisation's founder, ...) before it asks an attribute of the
+last entity, so each of its k supporting passages is needed: every passage names the next
+entity of the chain and nothing beyond it. Two-hop bridges are the `BRIDGE` table; longer ones
+are built compositionally, a noun phrase per link in front of a `BRIDGE` chain ("In which
+country was the creator of X born?": `work.creator` then `person.birthplace.country`).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +23,10 @@ class Question:
     golden_answers: List[str]
     type: str  # single | bridge | comparison
     supporting: List[str]  # names of the real entities whose passages hold the facts
-    bridge: str = ""  # the entity linking the two passages of a bridge question
+    bridge: str = ""  # the entity linking the two passages of a bridge question (the first hop's find)
+    # a bridge of more than two hops: the entities its hops after the first find, in order
+    # (`bridge` first, the last hop's entity last); empty for two hops, where it is `[bridge]`
+    chain: List[str] = field(default_factory=list)
     hops: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -66,6 +77,35 @@ BRIDGE: Dict[Tuple[str, str, str], List[str]] = {
     ("country", "capital", "founded"): ["In what year was the capital of {s} founded?"],
 }
 
+# The links between real entities: (kind, attribute) -> the kind of entity the attribute names.
+LINKS: Dict[Tuple[str, str], str] = {
+    ("work", "creator"): "person",
+    ("org", "founder"): "person",
+    ("org", "headquarters"): "city",
+    ("person", "birthplace"): "city",
+    ("person", "employer"): "org",
+    ("city", "country"): "country",
+    ("country", "capital"): "city",
+}
+
+# (kind, link) -> noun phrases for the entity the link names, `{s}` the phrase of the one before:
+# a chain of more than two hops puts them in front of a BRIDGE phrasing, innermost first
+NOUNS: Dict[Tuple[str, str], List[str]] = {
+    ("work", "creator"): ["the creator of {s}", "the person who created {s}"],
+    ("org", "founder"): ["the founder of {s}", "the person who founded {s}"],
+    ("org", "headquarters"): ["the city where {s} is headquartered"],
+    ("person", "birthplace"): ["the birthplace of {s}", "the city where {s} was born"],
+    ("person", "employer"): ["the organisation that employed {s}", "the employer of {s}"],
+    ("city", "country"): ["the country where {s} lies"],
+    ("country", "capital"): ["the capital of {s}"],
+}
+
+# `world.hops`: 2 is the BRIDGE table as it always was; longer chains alternate people and
+# organisations (employer, founder) before their last two hops, and nothing new is asked of an
+# agent beyond 8 hops but more turns (the recipes' turn limits are 4; `python -m benchmarks
+# paper --hops` raises them)
+MIN_HOPS, MAX_HOPS = 2, 8
+
 # kind -> (attribute, phrasings); the answer is the entity with the smaller value ("earlier")
 # or, for population, the larger one.
 COMPARISON: Dict[str, List[Tuple[str, List[str]]]] = {
@@ -111,6 +151,106 @@ def bridge_questions(
                     [e.name, mid.name],
                     bridge=mid.name,
                 )
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    """A bridge chain of `hops` = len(links) + 1 passages: start at an entity of `kind`, follow
+    `links` in order, ask `attr` of the entity the last link names. `name` is how configs and
+    manifests write it (`work.creator.birthplace.country`); the last link and `attr` are a
+    BRIDGE key, the two-hop question the chain ends in."""
+
+    kind: str
+    links: Tuple[str, ...]
+    attr: str
+
+    @property
+    def name(self) -> str:
+        return ".".join((self.kind, *self.links, self.attr))
+
+    @property
+    def hops(self) -> int:
+        return len(self.links) + 1
+
+    @property
+    def final(self) -> Tuple[str, str, str]:
+        """The BRIDGE key of the last two hops."""
+        return (self.kinds[-2], self.links[-1], self.attr)
+
+    @property
+    def kinds(self) -> Tuple[str, ...]:
+        """The kind of every entity of the chain, the start's first."""
+        out = [self.kind]
+        for link in self.links:
+            out.append(LINKS[(out[-1], link)])
+        return tuple(out)
+
+
+def chain_specs(hops: int, chains: Optional[Sequence[str]] = None) -> List[ChainSpec]:
+    """Every chain of `hops` hops whose last two hops are a BRIDGE chain (only those named in
+    `chains`, `kind.link.attr`, when given), sorted by name: the links before them are any path
+    through LINKS that ends at the kind the BRIDGE chain starts from."""
+    if not MIN_HOPS <= hops <= MAX_HOPS:
+        raise ValueError(f"world.hops must be in [{MIN_HOPS}, {MAX_HOPS}], got {hops}")
+    specs = [
+        ChainSpec(k, (link,), attr) for (k, link, attr) in BRIDGE if chains is None or f"{k}.{link}.{attr}" in chains
+    ]
+    by_name = {s.name: s for s in specs}
+    for _ in range(hops - 2):  # prepend one link at a time
+        longer = []
+        for spec in by_name.values():
+            for (kind, link), target in LINKS.items():
+                if target == spec.kind:
+                    longer.append(ChainSpec(kind, (link, *spec.links), spec.attr))
+        by_name = {s.name: s for s in longer}
+    return sorted(by_name.values(), key=lambda s: s.name)
+
+
+def follow(spec: ChainSpec, start: Entity, by_name: Dict[str, Entity]) -> Optional[List[Entity]]:
+    """The entities `spec` visits from `start`, or None where a link is missing (a person with no
+    employer) or the chain comes back to an entity it has visited (a person who founded their own
+    employer): every hop must find a new passage."""
+    path = [start]
+    for link in spec.links:
+        value = path[-1].attrs.get(link)
+        nxt = by_name.get(str(value)) if value is not None else None
+        if nxt is None or any(nxt is e for e in path):
+            return None
+        path.append(nxt)
+    return path if spec.attr in path[-1].attrs else None
+
+
+def multi_hop_questions(
+    rng: random.Random,
+    pool: List[Entity],
+    by_name: Dict[str, Entity],
+    hops: int,
+    chains: Optional[Sequence[str]] = None,
+) -> List[Question]:
+    """One bridge question of `hops` hops per (start entity of `pool`, chain of `chain_specs`)
+    that `follow` can walk; the question names only the start entity. An answer that names an
+    entity already on the chain is skipped (the last hop would find nothing new)."""
+    specs = chain_specs(hops, chains)
+    out = []
+    for e in pool:
+        for spec in specs:
+            if spec.kind != e.kind:
+                continue
+            path = follow(spec, e, by_name)
+            if path is None:
+                continue
+            answer = str(path[-1].attrs[spec.attr])
+            if any(answer == p.name for p in path):
+                continue
+            subject = e.name
+            for kind, link in zip(spec.kinds, spec.links[:-1]):
+                subject = rng.choice(NOUNS[(kind, link)]).format(s=subject)
+            text = rng.choice(BRIDGE[spec.final]).format(s=subject)
+            names = [p.name for p in path]
+            out.append(
+                Question(text[0].upper() + text[1:], [answer], "bridge", names, bridge=names[1], chain=names[1:])
             )
     return out
 
@@ -185,14 +325,20 @@ def questions_for_split(
     shares: Optional[Dict[str, float]] = None,
     attributes: Optional[Sequence[str]] = None,
     chains: Optional[Sequence[str]] = None,
+    hops: int = 2,
 ) -> List[Question]:
     """`count` questions about `pool`'s entities, mixed by `shares` (default SHARES), none already
     in `seen`; `attributes` restricts the single-hop ones (see `single_questions`), `chains` the
-    bridges (see `bridge_questions`)."""
+    bridges (see `bridge_questions`), and their last two hops when `hops` (the bridges' hop
+    count) is more than 2 (see `multi_hop_questions`)."""
     shares = shares or SHARES
     candidates = {
         "single": single_questions(rng, pool, attributes),
-        "bridge": bridge_questions(rng, pool, by_name, chains),
+        "bridge": (
+            bridge_questions(rng, pool, by_name, chains)
+            if hops == 2
+            else multi_hop_questions(rng, pool, by_name, hops, chains)
+        ),
         "comparison": comparison_questions(rng, pool, int(count * SHARES["comparison"]) + 10),
     }
     candidates = {kind: items for kind, items in candidates.items() if kind in shares}
