@@ -19,7 +19,8 @@ from areal_mem.config import ConfigError
 from .output import PROG, record_command, require
 
 HELP = (
-    "system benchmarks: async vs sync, memory vs ReAct, staleness, scale, soak, seeds, paper; `all` writes the report"
+    "system benchmarks: async vs sync, memory vs ReAct, staleness, scale, soak, seeds, paper, cost; "
+    "`all` writes the report"
 )
 BENCHES = {
     "async": "benchmarks.harness.asynchrony",
@@ -30,6 +31,7 @@ BENCHES = {
     "eval": "benchmarks.harness.eval_overhead",
     "seeds": "benchmarks.harness.seeds",
     "paper": "benchmarks.harness.paper",
+    "cost": "benchmarks.harness.cost_model",
     "retrieval": "benchmarks.harness.retrieval",
     "all": "benchmarks.harness.report",
 }

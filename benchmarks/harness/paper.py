@@ -26,7 +26,7 @@ import os
 import re
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import yaml
 
@@ -47,6 +47,23 @@ MULTI_HOP = "bridge"  # the question type the targets are about
 # 2.68M), so ReAct's 6 epochs are about MemSearcher's 3 in tokens (16M against 17M) and, with
 # batches of a token budget, in steps
 ARM_SETS = ("react:learner.sft.epochs=6",)
+
+
+def horizon_overrides(hops: int) -> List[str]:
+    """The recipe at a horizon of `hops` hops (`--hops`, and `python -m benchmarks cost`): every
+    bridge question has that many hops (`world.hops`), and the limits leave the oracle's plan
+    room: a search a hop, the answer and one turn spare (the recipe's 4 turns at 2 hops), and
+    48 tokens a hop for a generation and for the memory, which keeps a fact a hop (at least the
+    recipe's 96 and 128: at 2 hops these are the recipe's own values). At 6 hops the oracle's
+    memory rewrite is about 140 tokens, above the recipe's 96."""
+    turns = hops + 2
+    return [
+        f"world.hops={hops}",
+        f"rollout.limits.max_turns={turns}",
+        f"eval.max_turns={turns}",
+        f"rollout.limits.max_new_tokens={max(96, 48 * hops)}",
+        f"rollout.limits.max_memory_tokens={max(128, 48 * hops)}",
+    ]
 
 
 @dataclass(frozen=True)
@@ -108,6 +125,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=d.prefill_ratio,
         help=f"MemSearcher's prefill tokens per {MULTI_HOP} question over ReAct's after RL, at most (default %(default)s)",
+    )
+    parser.add_argument(
+        "--hops",
+        default="",
+        help="comma-separated horizons: every bridge question of the world has this many hops (world.hops, with "
+        "the turn and token limits of horizon_overrides); runs, records and reports go under h<hops>/ and a table "
+        "compares the horizons. Default: the recipe's world, in --run-dir itself",
     )
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override for every run")
 
@@ -535,7 +559,117 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"{PROG} paper: --seeds and --arms must name at least one each")
     # the defaults apply to the arms that run; a given --arm-set for an arm not run is a mistake
     arm_sets = [x for x in ARM_SETS if x.partition(":")[0] in arms] if args.arm_set is None else args.arm_set
-    per_arm = arm_overrides(arms, args.overrides, arm_sets)
+    horizons = parse_ints(args.hops) if args.hops else []
+    if not horizons:  # the recipe's own world, in --run-dir itself (the layout of every report so far)
+        rep, problems = run_horizon(args, configs, seeds, arms, arm_overrides(arms, args.overrides, arm_sets))
+        if problems:
+            raise SystemExit(f"{PROG} paper: " + "; ".join(problems))
+        return 0
+    _refuse_horizon_keys(args.overrides + [x.partition(":")[2] for x in arm_sets])
+    reps, problems = {}, []
+    for h in horizons:
+        per_arm = arm_overrides(arms, [*args.overrides, *horizon_overrides(h)], arm_sets)
+        where = argparse.Namespace(**vars(args))
+        where.run_dir = os.path.join(args.run_dir, f"h{h}")
+        where.records = os.path.join(args.records, f"h{h}") if args.records else ""
+        where.name = f"{args.name}_h{h}"
+        try:
+            reps[h], found = run_horizon(where, configs, seeds, arms, per_arm)
+        except SystemExit as e:  # a horizon with no finished run: the others are still reported
+            found = [str(e)]
+        problems += [f"{h} hops: {p}" for p in found]
+    if reps:
+        data = {"command": command_line(), "horizons": by_horizon(reps)}
+        text = horizons_markdown(data)
+        print(text)
+        write_report([args.run_dir, args.report_dir], f"{args.name}_horizons", data, text)
+    if problems:
+        raise SystemExit(f"{PROG} paper: " + "; ".join(problems))
+    return 0
+
+
+def by_horizon(reps: Dict[int, dict]) -> List[dict]:
+    """One row per horizon and arm from each horizon's report: means over its seeds of the
+    `MULTI_HOP` EM after SFT and after RL, all-question EM, prefill tokens per `MULTI_HOP`
+    question after RL and the peak context; and MemSearcher's prefill over ReAct's (of the means),
+    the number the paper's efficiency claim is about, side by side for every horizon run."""
+    rows = []
+    for h, rep in sorted(reps.items()):
+        prefill = {}
+        for arm, a in rep["arms"].items():
+            runs = a["runs"]
+            pre = [_type(r["rl"], MULTI_HOP, "mean_prefill_tokens", None) for r in runs]
+            prefill[arm] = statistics.mean(pre) if pre and None not in pre else None
+            rows.append(
+                {
+                    "hops": h,
+                    "arm": arm,
+                    "seeds": [r["seed"] for r in runs],
+                    "em_sft": statistics.mean(_type(r["sft"], MULTI_HOP, "em") for r in runs),
+                    "em_rl": statistics.mean(_type(r["rl"], MULTI_HOP, "em") for r in runs),
+                    "all_sft": statistics.mean(r["sft"]["em"] for r in runs),
+                    "all_rl": statistics.mean(r["rl"]["em"] for r in runs),
+                    "prefill": prefill[arm],
+                    "peak_context": max(r["rl"]["peak_context"] or 0 for r in runs),
+                }
+            )
+        ms, react = prefill.get("memsearcher"), prefill.get("react")
+        for row in rows:
+            if row["hops"] == h:
+                row["prefill_ratio"] = ms / react if ms is not None and react else None
+    return rows
+
+
+def horizons_markdown(data: dict) -> str:
+    heads = [
+        "hops",
+        "workflow",
+        "seeds",
+        f"{MULTI_HOP} EM SFT -> RL",
+        "all EM SFT -> RL",
+        f"prefill / {MULTI_HOP} question",
+        "MemSearcher / ReAct prefill",
+        "peak context",
+    ]
+    rows = [
+        [
+            r["hops"],
+            r["arm"],
+            ",".join(map(str, r["seeds"])),
+            f"{r['em_sft']:.1f} -> **{r['em_rl']:.1f}**",
+            f"{r['all_sft']:.1f} -> **{r['all_rl']:.1f}**",
+            _num(r["prefill"]),
+            _num(r["prefill_ratio"], ".2f"),
+            _num(r["peak_context"], "d"),
+        ]
+        for r in data["horizons"]
+    ]
+    lines = [
+        f"By horizon (every {MULTI_HOP} question of a horizon's world has that many hops; means over its seeds, "
+        "after RL where not said; each horizon's own report is <name>_h<hops>.md):",
+        "",
+        markdown_table(heads, rows),
+        "",
+        f"`{data['command']}`",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _refuse_horizon_keys(overrides: List[str]) -> None:
+    """With --hops the bench sets the horizon's keys (`horizon_overrides`); an override of one
+    would run another horizon under its name."""
+    keys = {o.partition("=")[0] for o in horizon_overrides(2)}
+    for item in overrides:
+        key = re.sub(r"\[([^\]]*)\]", r".\1", item.partition("=")[0]).strip().lstrip("+~")
+        if key in keys:
+            raise SystemExit(f"{PROG} paper: override {item!r}: with --hops the bench sets {key} per horizon")
+
+
+def run_horizon(
+    args: argparse.Namespace, configs: List[str], seeds: List[int], arms: List[str], per_arm: Dict[str, List[str]]
+) -> Tuple[dict, List[str]]:
+    """Train what is missing under `args.run_dir`, then report every finished run and kept
+    record there: the report and the problems (failed runs, records of another world)."""
     failed = []
     for seed in seeds:
         for arm in arms:
@@ -578,6 +712,4 @@ def run(args: argparse.Namespace) -> int:
     for out in filter(None, [args.run_dir, args.report_dir]):
         plot(rep, out, args.name)  # matplotlib was checked before any run started (NEEDS)
     problems = [f"{', '.join(failed)} failed; the report has the finished runs"] if failed else []
-    if problems or kept:
-        raise SystemExit(f"{PROG} paper: " + "; ".join(problems + kept))
-    return 0
+    return rep, problems + kept

@@ -333,3 +333,47 @@ def test_the_targets_ask_only_for_the_seeds_of_their_own_arms():
     assert doubled["met"] and doubled["numbers"] == "seed 0: 10.0% -> 25.0%"
     (doubled,) = targets({"memsearcher": results["memsearcher"], "react": {1: {}}}, [0, 1])
     assert not doubled["met"]  # ReAct's seed 1 is one MemSearcher lacks
+
+
+def test_horizons_run_in_their_own_folders_and_are_compared_side_by_side(tmp_path, capsys):
+    """--hops: each horizon's runs, records and report under h<hops>/, then one table of every
+    horizon: bridge EM SFT -> RL and MemSearcher's prefill over ReAct's."""
+    train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
+    _run(tmp_path / "h2", "memsearcher", 0, [0, 0, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0], PREFILL_MS, train)
+    _run(tmp_path / "h2", "react", 0, [0, 0, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0], PREFILL_REACT, train)
+    cheap = {"bridge": 1500.0, "comparison": 1800.0, "single": 1000.0}
+    _run(tmp_path / "h4", "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0], cheap, train)
+    _run(tmp_path / "h4", "react", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], PREFILL_REACT, train)
+    records, out = tmp_path / "records", tmp_path / "reports"
+    argv = ["paper", "--collect-only", "--hops", "2,4", "--run-dir", str(tmp_path), "--seeds", "0"]
+    assert main(argv + ["--records", str(records), "--report-dir", str(out)]) == 0
+    assert sorted(os.listdir(records / "h4")) == ["memsearcher_s0.json", "react_s0.json"]
+    assert (out / "paper_h2.md").exists() and (out / "paper_h4.md").exists()
+    rows = json.loads((out / "paper_horizons.json").read_text())["horizons"]
+    assert [(r["hops"], r["arm"]) for r in rows] == [(2, "memsearcher"), (2, "react"), (4, "memsearcher"), (4, "react")]
+    assert rows[2]["em_sft"] == 0.0 and rows[2]["em_rl"] == 100.0  # its three bridges, 0 -> 3
+    assert [r["prefill_ratio"] for r in rows] == [2000 / 3000, 2000 / 3000, 0.5, 0.5]
+    text = (out / "paper_horizons.md").read_text()
+    assert "| 4 | memsearcher | 0 | 0.0 -> **100.0** | 0.0 -> **83.3** | 1,500 | 0.50 | 900 |" in text
+    assert "| 2 | react | 0 | 33.3 -> **33.3** | 16.7 -> **50.0** | 3,000 | 0.67 | 900 |" in text
+    # a horizon's own keys are the bench's with --hops
+    with pytest.raises(SystemExit, match="with --hops the bench sets world.hops per horizon"):
+        main(argv + ["world.hops=3"])
+    with pytest.raises(SystemExit, match="with --hops the bench sets rollout.limits.max_turns"):
+        main(argv + ["--arm-set", "react:rollout.limits.max_turns=9"])
+
+
+def test_the_two_hop_horizon_is_the_recipe():
+    """At 2 hops the horizon's limits are the recipe's own (a --hops 2 run is the recipe's run);
+    longer horizons get a turn and 48 tokens a hop."""
+    from areal_mem.config import load_run
+    from benchmarks.harness.arms import DEFAULT_CONFIG
+    from benchmarks.harness.paper import PAPER_CONFIG, horizon_overrides
+
+    files = [DEFAULT_CONFIG, PAPER_CONFIG]
+    recipe, two = load_run(files, ["run_dir=/tmp/x"]), load_run(files, ["run_dir=/tmp/x", *horizon_overrides(2)])
+    assert two.world == recipe.world and two.rollout.limits == recipe.rollout.limits
+    assert two.eval.max_turns == recipe.eval.max_turns == 4
+    six = load_run(files, ["run_dir=/tmp/x", *horizon_overrides(6)])
+    assert (six.world.hops, six.rollout.limits.max_turns, six.eval.max_turns) == (6, 8, 8)
+    assert (six.rollout.limits.max_new_tokens, six.rollout.limits.max_memory_tokens) == (288, 288)
