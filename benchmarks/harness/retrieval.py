@@ -300,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
 
     set_threads(args.threads)
     results: List[dict] = []
+    text = ""
     for rows in ints(args.rows):
         folder = os.path.join(args.work_dir, f"r{rows}_d{args.dim}_s{args.seed}")
         print(f"{rows:,} rows of dimension {args.dim} in {folder}", flush=True)
@@ -330,6 +331,12 @@ def run(args: argparse.Namespace) -> int:
                     "sweep": sweep(record, kind, queries, exact, args),
                 }
             )
+            text = save(results, args)  # after every index: an hour-long build later may still fail
+    print("\n" + text, flush=True)
+    return 0
+
+
+def save(results: List[dict], args: argparse.Namespace) -> str:
     data = {
         "command": command_line(),
         "cores": len(os.sched_getaffinity(0)),
@@ -338,8 +345,7 @@ def run(args: argparse.Namespace) -> int:
     }
     text = markdown(data)
     write_report([args.run_dir, args.report_dir], args.name, data, text)
-    print("\n" + text, flush=True)
-    return 0
+    return text
 
 
 def markdown(data: dict) -> str:
