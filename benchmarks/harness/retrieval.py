@@ -47,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queries", type=int, default=1024, help="queries per cell (half uniform, half planted)")
     parser.add_argument("--concurrency", default="64,256", help="comma-separated client counts")
     parser.add_argument("--top-n", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3, help="passes over the queries per cell (medians)")
     parser.add_argument("--planted-cos", type=float, default=0.7, help="cosine of a planted query to its row")
     parser.add_argument("--hnsw-m", type=int, default=64)
     parser.add_argument("--ef-search", type=int, default=128, help="retriever.faiss.hnsw_ef_search served")
@@ -241,16 +242,23 @@ def serve_cells(folder: str, kind: str, record: dict, texts: List[str], args: ar
         start_s = time.perf_counter() - t0
         for c in ints(args.concurrency):
             asyncio.run(drive(url, texts[:c], c, args.top_n))  # warm-up: pages in what the searches touch
-            t0 = time.perf_counter()
-            lat, answers = asyncio.run(drive(url, texts, c, args.top_n))
-            wall = time.perf_counter() - t0
+            runs = []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                lat, answers = asyncio.run(drive(url, texts, c, args.top_n))
+                wall = time.perf_counter() - t0
+                runs.append((len(texts) / wall, np.percentile(lat, 50), np.percentile(lat, 99)))
+            qps, p50, p99 = (float(np.median(col)) for col in zip(*runs))
             cells[c] = {
-                "qps": len(texts) / wall,
-                "p50_ms": 1000 * float(np.percentile(lat, 50)),
-                "p99_ms": 1000 * float(np.percentile(lat, 99)),
-                "answers": answers,
+                "qps": qps,  # medians over the repeats
+                "p50_ms": 1000 * p50,
+                "p99_ms": 1000 * p99,
+                "qps_runs": [r[0] for r in runs],
+                "answers": answers,  # the last repeat's (the searches are deterministic)
             }
-            print(f"  {kind} @ {c} clients: {cells[c]['qps']:.1f} q/s, p99 {cells[c]['p99_ms']:.0f} ms", flush=True)
+            print(
+                f"  {kind} @ {c} clients: {qps:.1f} q/s, p99 {1000 * p99:.0f} ms (medians of {len(runs)})", flush=True
+            )
         mem = memory_of(child.pid)
     finally:
         child.stop()
@@ -258,7 +266,7 @@ def serve_cells(folder: str, kind: str, record: dict, texts: List[str], args: ar
 
 
 def sweep(record: dict, kind: str, queries: np.ndarray, exact: np.ndarray, args: argparse.Namespace) -> List[dict]:
-    """In process: recall@k and batch queries/s (64 a batch) at other search-breadth settings."""
+    """In process: recall@k and batch queries/s (64 a batch, median of the repeats) at other search-breadth settings."""
     import faiss
 
     if kind == "flat":
@@ -272,9 +280,14 @@ def sweep(record: dict, kind: str, queries: np.ndarray, exact: np.ndarray, args:
         else:
             faiss.extract_index_ivf(index).nprobe = v
         index.search(queries[:64], args.top_n)  # warm-up
-        t0 = time.perf_counter()
-        found = np.concatenate([index.search(queries[i : i + 64], args.top_n)[1] for i in range(0, len(queries), 64)])
-        qps = len(queries) / (time.perf_counter() - t0)
+        rates = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            found = np.concatenate(
+                [index.search(queries[i : i + 64], args.top_n)[1] for i in range(0, len(queries), 64)]
+            )
+            rates.append(len(queries) / (time.perf_counter() - t0))
+        qps = float(np.median(rates))
         half = len(queries) // 2
         out.append(
             {

@@ -67,7 +67,7 @@ def test_a_small_run_serves_every_index_type_and_grades_it(tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["retrieval", "--rows", "3000", "--dim", "32", "--queries", "64", "--concurrency", "4,16"]
     argv += ["--nlist", "16", "--pq-m", "8", "--train-size", "1000", "--ef-sweep", "16,128", "--nprobe-sweep", "4,16"]
-    argv += ["--threads", "1", "--work-dir", str(tmp_path / "work"), "--run-dir", str(out)]
+    argv += ["--threads", "1", "--repeats", "2", "--work-dir", str(tmp_path / "work"), "--run-dir", str(out)]
     assert main(argv) == 0
     data = json.loads((out / "retrieval.json").read_text())
     by = {r["type"]: r for r in data["results"]}
@@ -80,6 +80,7 @@ def test_a_small_run_serves_every_index_type_and_grades_it(tmp_path, capsys):
     ivf_16 = next(p for p in by["ivfpq"]["sweep"] if p["value"] == 16)
     assert by["hnsw"]["cells"]["16"]["recall_uniform"] == hnsw_128["recall_uniform"]
     assert by["ivfpq"]["cells"]["16"]["recall_planted"] == ivf_16["recall_planted"]
+    assert len(by["hnsw"]["cells"]["4"]["qps_runs"]) == 2
     assert by["flat"]["rss_gb"] > 0 and by["flat"]["file_gb"] == pytest.approx(3000 * 32 * 4 / 1e9, rel=0.01)
     assert "| 3,000 | HNSW64 |" in (out / "retrieval.md").read_text()
     # a second run keeps the indexes it built
