@@ -172,16 +172,12 @@ def exact_top(folder: str, rows: int, queries: np.ndarray, k: int, args: argpars
         return np.load(path)
     import torch
 
-    best_s = torch.full((len(queries), k), -math.inf)
-    best_i = torch.zeros((len(queries), k), dtype=torch.long)
-    q = torch.from_numpy(queries)
-    for start, x in chunks(rows, args.dim, args.seed):
-        s, i = torch.topk(q @ torch.from_numpy(x).T, k, dim=1)
-        both_s, both_i = torch.cat([best_s, s], 1), torch.cat([best_i, i + start], 1)
-        top = torch.topk(both_s, k, dim=1)
-        best_s, best_i = top.values, torch.gather(both_i, 1, top.indices)
-    np.save(path, best_i.numpy())
-    return best_i.numpy()
+    from areal_mem.retriever.dense import topk_over_blocks
+
+    blocks = ((start, torch.from_numpy(x)) for start, x in chunks(rows, args.dim, args.seed))
+    top, _ = topk_over_blocks(torch.from_numpy(queries), blocks, k)
+    np.save(path, top)
+    return top
 
 
 def recall(found: np.ndarray, exact: np.ndarray) -> float:
