@@ -44,11 +44,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from numpy.polynomial import Polynomial
 
-from .arms import DEFAULT_CONFIG, parse_ints
+from .arms import parse_ints
 from .output import PROG, command_line, markdown_table, write_report
+from .paper import add_recipe_option, horizon_overrides, recipe_files
 
 HELP = "cost by horizon: prefill, decode and learner tokens per bridge question of 2..8 hops, model vs measurement"
-PAPER_CONFIG = os.path.join(os.path.dirname(DEFAULT_CONFIG), "paper_cpu.yaml")
 WORKFLOWS = ("memsearcher", "react")
 METRICS = ("prefill", "decode", "learner")
 MIN_ANSWERED = 0.95  # of a horizon's questions, by each oracle
@@ -288,12 +288,7 @@ def measured_crossing(ms: Dict[int, float], react: Dict[int, float]) -> Optional
 
 # ---- the bench ----
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        action="append",
-        default=None,
-        help="recipe file, repeat to layer (default configs/debug_cpu.yaml + configs/paper_cpu.yaml)",
-    )
+    add_recipe_option(parser)
     parser.add_argument("--hops", default="2,3,4,6,8", help="comma-separated horizons to measure (default %(default)s)")
     parser.add_argument(
         "--fit-hops",
@@ -312,8 +307,6 @@ def measure_horizon(configs: List[str], run_dir: str, hops: int, questions: int,
     from areal_mem.app.demonstrations import write_demonstrations
     from areal_mem.app.train import TrainPipeline
     from areal_mem.config import load_run
-
-    from .paper import horizon_overrides
 
     base = [*overrides, f"run_dir={run_dir}", *horizon_overrides(hops)]
     TrainPipeline(load_run(configs, base), evaluate=False).prepare()  # world, model (tokenizer), index
@@ -482,7 +475,7 @@ def markdown(rep: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    configs = args.config or [DEFAULT_CONFIG, PAPER_CONFIG]
+    configs = recipe_files(args)
     hops, fit_hops = parse_ints(args.hops), parse_ints(args.fit_hops)
     if not hops or not set(fit_hops) <= set(hops) or len(set(fit_hops)) < 2:
         raise SystemExit(f"{PROG} cost: --fit-hops must name at least two of the --hops horizons {hops}")

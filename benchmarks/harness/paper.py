@@ -82,13 +82,22 @@ class Target:
     numbers: str  # what it was decided on
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_recipe_option(parser: argparse.ArgumentParser) -> None:
+    """`--config`, the layered recipe files (`recipe_files`), for this bench and `cost`."""
     parser.add_argument(
         "--config",
         action="append",
         default=None,
         help="recipe file, repeat to layer (default configs/debug_cpu.yaml + configs/paper_cpu.yaml)",
     )
+
+
+def recipe_files(args: argparse.Namespace) -> List[str]:
+    return args.config or [DEFAULT_CONFIG, PAPER_CONFIG]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_recipe_option(parser)
     parser.add_argument("--run-dir", default="runs/paper", help="<arm>/s<seed> run dirs and the report")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     parser.add_argument(
@@ -553,7 +562,7 @@ def plot(rep: dict, out_dir: str, name: str) -> List[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    configs = args.config or [DEFAULT_CONFIG, PAPER_CONFIG]
+    configs = recipe_files(args)
     seeds, arms = parse_ints(args.seeds), [a for a in args.arms.split(",") if a]
     if not seeds or not arms:
         raise SystemExit(f"{PROG} paper: --seeds and --arms must name at least one each")
