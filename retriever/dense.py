@@ -111,14 +111,32 @@ def _describe(index) -> str:
     return "Flat"
 
 
-# From this many queries on, a CPU Flat index is searched by torch matrix products + topk:
-# faiss's blocked CPU path cost ~8 ms/query at 64 queries x 100k vectors on one core, the
-# product ~1.4 ms/query; a lone query is faster through faiss (~7 ms vs ~13 ms).
+# A CPU Flat index is searched by torch matrix products + topk from this many queries on, or
+# at any batch size from this many rows on. faiss's blocked CPU path cost ~8 ms/query at 64
+# queries x 100k vectors on one core, the product ~1.4 ms/query; a lone query on a small index
+# is faster through faiss (~7 ms vs ~13 ms at 100k, one thread), but faiss scans a lone query
+# on one thread: at 1M rows on 2 threads torch answered 1 query in 0.29 s against faiss's 0.65 s,
+# 4 queries in 0.60 s against 1.12 s (at wiki-18 size a lone query would take seconds on one core).
 MATMUL_MIN_QUERIES = 8
+MATMUL_MIN_ROWS = 1 << 18
 # Rows scored per matrix product: a batch's score matrix is queries x this many floats, not
 # queries x rows. At wiki-18's 21M rows one product for a batch of 128 would allocate a 10.8 GB
-# matrix and write and read it once more than the vectors themselves; 2**20-row blocks hold 0.5 GB.
+# matrix; 2**20-row blocks bound it to 0.5 GB (2**16-row blocks measured no faster at 1M rows).
 SCORE_BLOCK_ROWS = 1 << 20
+# Bytes read per step when a memory-mapped index is read into the page cache before serving.
+WARM_READ_BYTES = 64 << 20
+
+
+def warm_page_cache(path: str) -> None:
+    """Read a memory-mapped index file once, sequentially, before the first search: otherwise
+    the first batch pages 64.6 GB (wiki-18's Flat) in from disk at random, past the clients'
+    timeouts. Whether the pages stay depends on the host's free memory (docs/retriever.md)."""
+    size = os.path.getsize(path)
+    print(f"retriever: reading {path} ({size / 1e9:.1f} GB) into the page cache", flush=True)
+    buf = bytearray(WARM_READ_BYTES)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
 
 
 def topk_over_blocks(
@@ -156,6 +174,8 @@ class DenseSearcher:
             ivf.nprobe = cfg.ivf_nprobe
         if isinstance(index, faiss.IndexHNSW):
             index.hnsw.efSearch = cfg.hnsw_ef_search
+        if flags:
+            warm_page_cache(path)
         self._vectors = None  # a zero-copy torch view of a CPU Flat index's vectors
         if isinstance(index, faiss.IndexFlat) and not cfg.gpu:
             xb = faiss.rev_swig_ptr(index.get_xb(), index.ntotal * index.d).reshape(index.ntotal, index.d)
@@ -165,7 +185,7 @@ class DenseSearcher:
 
     def search(self, queries: List[str], k: int) -> Tuple[np.ndarray, np.ndarray]:
         q = self.encoder.encode_queries(queries)
-        if self._vectors is not None and len(q) >= MATMUL_MIN_QUERIES:
+        if self._vectors is not None and (len(q) >= MATMUL_MIN_QUERIES or len(self._vectors) >= MATMUL_MIN_ROWS):
             v, n = self._vectors, SCORE_BLOCK_ROWS
             return topk_over_blocks(torch.from_numpy(q), ((i, v[i : i + n]) for i in range(0, len(v), n)), k)
         scores, rows = self.index.search(q, k)

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import math
 import os
 import sys
 import time
-from typing import Dict, Iterator, List, Tuple
+import urllib.request
+from typing import Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
@@ -37,7 +39,8 @@ from .output import command_line, markdown_table, write_report
 HELP = "retrieval at wiki-18 scale by simulation: Flat / HNSW64 / IVF-PQ over random 768-d vectors, served"
 NEEDS = ("faiss",)
 CHUNK = 100_000  # vectors generated (and added) per step; row r is row r % CHUNK of chunk r // CHUNK
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the server runs as a script (`python -P path`): it imports only the installed areal_mem
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vector_service.py")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -167,7 +170,8 @@ def build(folder: str, rows: int, kind: str, args: argparse.Namespace) -> dict:
 
 def exact_top(folder: str, rows: int, queries: np.ndarray, k: int, args: argparse.Namespace) -> np.ndarray:
     """The exact top-k rows of every query (streamed over the chunks), kept beside the corpus."""
-    path = os.path.join(folder, f"exact_top{k}_q{len(queries)}_s{args.seed}_f16.npy")
+    digest = hashlib.sha256(queries.tobytes()).hexdigest()[:16]  # whatever made them: seed, cosine, count
+    path = os.path.join(folder, f"exact_top{k}_{digest}.npy")
     if os.path.exists(path):
         return np.load(path)
     import torch
@@ -180,9 +184,9 @@ def exact_top(folder: str, rows: int, queries: np.ndarray, k: int, args: argpars
     return top
 
 
-def recall(found: np.ndarray, exact: np.ndarray) -> float:
-    """Mean share of the exact top-k found among the k returned."""
-    return float(np.mean([len(set(f.tolist()) & set(e.tolist())) / len(e) for f, e in zip(found, exact)]))
+def recall(found: Sequence[Sequence[int]], exact: np.ndarray) -> float:
+    """Mean share of the exact top-k found among the (at most k) returned."""
+    return float(np.mean([len(set(map(int, f)) & set(e.tolist())) / len(e) for f, e in zip(found, exact)]))
 
 
 def memory_of(pid: int) -> Dict[str, float]:
@@ -194,6 +198,13 @@ def memory_of(pid: int) -> Dict[str, float]:
             if key in ("VmRSS", "VmHWM"):
                 out[key] = int(value.split()[0]) * 1024 / 1e9
     return {"rss_gb": out.get("VmRSS", 0.0), "peak_rss_gb": out.get("VmHWM", 0.0)}
+
+
+def batcher_counts(url: str) -> Tuple[int, int]:
+    """(searches run, queries searched) so far, from the service's /health."""
+    with urllib.request.urlopen(url + "/health", timeout=30) as resp:
+        health = json.loads(resp.read())
+    return int(health["batches"]), int(health["queries"])
 
 
 async def drive(url: str, texts: List[str], concurrency: int, k: int) -> Tuple[List[float], List[List[int]]]:
@@ -225,11 +236,11 @@ def serve_cells(folder: str, kind: str, record: dict, texts: List[str], args: ar
     from areal_mem.process import ChildProcess, ready_file_path, wait_ready
 
     ready = ready_file_path("retrieval-bench")
-    cmd = [sys.executable, "-m", "benchmarks.harness.vector_service", "--dir", folder, "--faiss", record["path"]]
+    cmd = [sys.executable, "-P", SERVER, "--dir", folder, "--faiss", record["path"]]
     cmd += ["--type", kind, "--ready-file", ready, "--threads", str(args.threads), "--mmap"]
     cmd += ["--ef-search", str(args.ef_search), "--nprobe", str(args.nprobe)]
     cmd += ["--max-batch-size", str(args.max_batch_size)]
-    child = ChildProcess(f"{kind} server", cmd, os.path.join(folder, kind, "serve.log"), {"PYTHONPATH": REPO})
+    child = ChildProcess(f"{kind} server", cmd, os.path.join(folder, kind, "serve.log"))
     child.start()
     cells = {}
     try:
@@ -238,18 +249,21 @@ def serve_cells(folder: str, kind: str, record: dict, texts: List[str], args: ar
         start_s = time.perf_counter() - t0
         for c in ints(args.concurrency):
             asyncio.run(drive(url, texts[:c], c, args.top_n))  # warm-up: pages in what the searches touch
-            runs = []
+            runs, before = [], batcher_counts(url)
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
                 lat, answers = asyncio.run(drive(url, texts, c, args.top_n))
                 wall = time.perf_counter() - t0
                 runs.append((len(texts) / wall, np.percentile(lat, 50), np.percentile(lat, 99)))
             qps, p50, p99 = (float(np.median(col)) for col in zip(*runs))
+            after = batcher_counts(url)
             cells[c] = {
                 "qps": qps,  # medians over the repeats
                 "p50_ms": 1000 * p50,
                 "p99_ms": 1000 * p99,
                 "qps_runs": [r[0] for r in runs],
+                # queries per search the micro-batcher ran (the service's /health counters)
+                "mean_batch": (after[1] - before[1]) / max(1, after[0] - before[0]),
                 "answers": answers,  # the last repeat's (the searches are deterministic)
             }
             print(
@@ -261,7 +275,9 @@ def serve_cells(folder: str, kind: str, record: dict, texts: List[str], args: ar
     return {"start_s": start_s, "cells": cells, **mem}
 
 
-def sweep(record: dict, kind: str, queries: np.ndarray, exact: np.ndarray, args: argparse.Namespace) -> List[dict]:
+def sweep(
+    record: dict, kind: str, queries: np.ndarray, split: int, exact: np.ndarray, args: argparse.Namespace
+) -> List[dict]:
     """In process: recall@k and batch queries/s (64 a batch, median of the repeats) at other search-breadth settings."""
     import faiss
 
@@ -284,14 +300,13 @@ def sweep(record: dict, kind: str, queries: np.ndarray, exact: np.ndarray, args:
             )
             rates.append(len(queries) / (time.perf_counter() - t0))
         qps = float(np.median(rates))
-        half = len(queries) // 2
         out.append(
             {
                 "setting": ("ef_search" if kind == "hnsw" else "nprobe"),
                 "value": v,
                 "batch_qps": qps,
-                "recall_uniform": recall(found[:half], exact[:half]),
-                "recall_planted": recall(found[half:], exact[half:]),
+                "recall_uniform": recall(found[:split], exact[:split]),
+                "recall_planted": recall(found[split:], exact[split:]),
             }
         )
         print(
@@ -325,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
             record = build(folder, rows, kind, args)
             served = serve_cells(folder, kind, record, texts, args)
             for cell in served["cells"].values():
-                found = np.array(cell.pop("answers"))
+                found = cell.pop("answers")  # lists: an approximate index may return fewer than top_n
                 cell["recall_uniform"] = recall(found[:half], exact[:half])
                 cell["recall_planted"] = recall(found[half:], exact[half:])
                 cell["planted_row_found"] = float(np.mean([r in f for r, f in zip(planted_rows, found[half:])]))
@@ -337,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
                     "build_s": record["build_s"],
                     "file_gb": record["file_bytes"] / 1e9,
                     **served,
-                    "sweep": sweep(record, kind, queries, exact, args),
+                    "sweep": sweep(record, kind, queries, half, exact, args),
                 }
             )
             text = save(results, args)  # after every index: an hour-long build later may still fail
@@ -362,14 +377,14 @@ def markdown(data: dict) -> str:
     conc = ints(s["concurrency"])
     head = ["rows", "index", "build s", "file GB", "server RSS GB"]
     for c in conc:
-        head += [f"q/s @{c}", f"p50 ms @{c}", f"p99 ms @{c}"]
+        head += [f"q/s @{c}", f"p50 ms @{c}", f"p99 ms @{c}", f"batch @{c}"]
     head += ["recall@10 uniform", "recall@10 planted", "planted row found"]
     rows = []
     for r in data["results"]:
         row = [f"{r['rows']:,}", r["factory"], r["build_s"], r["file_gb"], r["rss_gb"]]
         for c in conc:
             cell = r["cells"].get(c) or r["cells"].get(str(c))
-            row += [cell["qps"], cell["p50_ms"], cell["p99_ms"]]
+            row += [cell["qps"], cell["p50_ms"], cell["p99_ms"], cell["mean_batch"]]
         last = r["cells"].get(conc[-1]) or r["cells"].get(str(conc[-1]))
         row += [last["recall_uniform"], last["recall_planted"], last["planted_row_found"]]
         rows.append(row)
@@ -389,7 +404,8 @@ def markdown(data: dict) -> str:
         f"Served through the retrieval service (`/search`, top_n {s['top_n']}, max_batch_size "
         f"{s['max_batch_size']}, HNSW ef_search {s['ef_search']}, IVF nprobe {s['nprobe']}), "
         f"{s['queries']} queries a cell (half uniform, half planted at cosine {s['planted_cos']}), "
-        f"{data['cores']} cores, vectors memory-mapped; recall against the exact top {s['top_n']}:",
+        f"{data['cores']} cores, vectors memory-mapped, medians of {s['repeats']} passes (batch: queries per "
+        f"search the service ran); recall against the exact top {s['top_n']}:",
         "",
         markdown_table(head, rows),
         "",

@@ -7,7 +7,7 @@ is the service users run: the HTTP routes, request checks, micro-batcher, `Dense
 matrix product for a Flat batch, faiss for HNSW and IVF-PQ) and the offsets docstore reading the
 corpus file by row. Only `encode_queries` is replaced, by a decoder of the query's own vector.
 
-    python -m benchmarks.harness.vector_service --dir D --faiss F --type hnsw --ready-file R
+    python -P benchmarks/harness/vector_service.py --dir D --faiss F --type hnsw --ready-file R
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import numpy as np
 import pytest
@@ -60,6 +59,7 @@ def test_planted_queries_sit_at_the_asked_cosine_and_the_exact_answer_is_brute_f
 
 def test_recall_counts_the_exact_rows_found():
     assert retrieval.recall(np.array([[1, 2, 3, 4]]), np.array([[4, 3, 9, 8]])) == 0.5
+    assert retrieval.recall([[1, 2, 3, 4], [4]], np.array([[4, 3, 9, 8], [4, 1, 2, 3]])) == 0.375  # fewer returned
 
 
 @pytest.mark.integration
@@ -81,9 +81,10 @@ def test_a_small_run_serves_every_index_type_and_grades_it(tmp_path, capsys):
     assert by["hnsw"]["cells"]["16"]["recall_uniform"] == hnsw_128["recall_uniform"]
     assert by["ivfpq"]["cells"]["16"]["recall_planted"] == ivf_16["recall_planted"]
     assert len(by["hnsw"]["cells"]["4"]["qps_runs"]) == 2
+    assert 1 <= by["flat"]["cells"]["4"]["mean_batch"] <= 4 and 1 <= by["flat"]["cells"]["16"]["mean_batch"] <= 16
     assert by["flat"]["rss_gb"] > 0 and by["flat"]["file_gb"] == pytest.approx(3000 * 32 * 4 / 1e9, rel=0.01)
     assert "| 3,000 | HNSW64 |" in (out / "retrieval.md").read_text()
     # a second run keeps the indexes it built
     assert main(argv[:-2] + ["--types", "flat", "--run-dir", str(out)]) == 0
     assert "flat: kept index" in capsys.readouterr().out
-    assert os.path.exists(tmp_path / "work" / "r3000_d32_s0" / "exact_top10_q64_s0_f16.npy")
+    assert len(list((tmp_path / "work" / "r3000_d32_s0").glob("exact_top10_*.npy"))) == 1  # reused

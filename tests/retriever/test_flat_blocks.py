@@ -47,3 +47,19 @@ def test_a_batch_on_a_flat_index_answers_as_faiss_across_block_edges(tmp_path, m
     want_scores, want_rows = index.search(q, 5)
     assert np.array_equal(rows, want_rows)
     assert np.allclose(scores, want_scores, atol=1e-5)
+
+
+def test_a_lone_query_on_a_large_index_takes_the_product_and_the_file_is_read_first(tmp_path, monkeypatch, capsys):
+    x, q = vectors(3000, 32, 4), vectors(1, 32, 5)
+    index = faiss.IndexFlatIP(32)
+    index.add(x)
+    faiss.write_index(index, str(tmp_path / FAISS_FILE))
+    monkeypatch.setattr(dense, "MATMUL_MIN_ROWS", 2000)
+    monkeypatch.setattr(dense, "SCORE_BLOCK_ROWS", 700)
+    searcher = DenseSearcher(str(tmp_path), Given(q), FaissConfig(mmap=True))
+    assert f"reading {tmp_path / FAISS_FILE} (0.0 GB) into the page cache" in capsys.readouterr().out
+    used = []
+    monkeypatch.setattr(dense, "topk_over_blocks", lambda *a: used.append(1) or topk_over_blocks(*a))
+    rows, scores = searcher.search(["q"], 3)
+    want_scores, want_rows = index.search(q, 3)
+    assert used == [1] and np.array_equal(rows, want_rows) and np.allclose(scores, want_scores, atol=1e-5)
