@@ -116,3 +116,9 @@ def prefill_tokens(traj: Trajectory) -> int:
             if m and (i == 0 or not c.loss_mask[i - 1]):
                 total += c.prompt_len + i
     return total
+
+
+def decode_tokens(traj: Trajectory) -> int:
+    """The tokens the model generated in the episode, over all its contexts: what a generator
+    decodes for it (injected tool responses and headers are prefilled, not decoded)."""
+    return sum(sum(c.loss_mask) for c in traj.contexts)

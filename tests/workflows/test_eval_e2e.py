@@ -23,6 +23,7 @@ FIELDS = {
     "golden_in_search_rate",
     "answer_copied_rate",
     "mean_prefill_tokens",
+    "mean_decode_tokens",
     "peak_context_tokens",
     "context_tokens_by_turn",
     "by_type",
@@ -69,6 +70,9 @@ def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, c
         assert sum(summary["end_reasons"].values()) == 20
         assert summary["peak_context_tokens"] == max(max(r["context_tokens"]) for r in records)
         assert summary["mean_prefill_tokens"] == round(sum(r["prefill_tokens"] for r in records) / 20, 1)
+        assert summary["mean_decode_tokens"] == round(sum(r["decode_tokens"] for r in records) / 20, 1)
+        # every generated token was decoded once, and prefilled by the requests after it
+        assert all(0 < r["decode_tokens"] < r["prefill_tokens"] for r in records)
         # the world's questions carry their type: EM by type weighs back to the whole
         types = summary["by_type"]
         assert sum(t["questions"] for t in types.values()) == 20 and set(types) <= {"single", "bridge", "comparison"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from areal_mem.rollout.workflows.base import prefill_tokens, turn_lengths
+from areal_mem.rollout.workflows.base import decode_tokens, prefill_tokens, turn_lengths
 from areal_mem.rollout.workflows.react import ReActWorkflow
 from areal_mem.rollout.workflows.tokens import packaged_prompt
 
@@ -40,6 +40,8 @@ def test_react_search_then_answer(tokenizer, scripted, make_ctx, task, retriever
     assert traj.reward == 1.0 and traj.info["num_turns"] == 2
     # every turn prefills the whole history again
     assert prefill_tokens(traj) == len(p) + len(p + a1 + injected) == sum(len(x["input_ids"]) for x in gen.calls)
+    # and decodes only what it generated, not the injected tool response
+    assert decode_tokens(traj) == len(a1) + len(a2)
 
 
 def test_react_turn_limit_and_growth(scripted, make_ctx, task):

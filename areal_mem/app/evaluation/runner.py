@@ -13,7 +13,14 @@ from tqdm import tqdm
 from areal_mem.data.task import Task
 from areal_mem.rollout.oracle import response_documents
 from areal_mem.rollout.rewards.metrics import normalize_answer, substring_match
-from areal_mem.rollout.workflows.base import Workflow, WorkflowContext, prefill_tokens, run_episode, turn_lengths
+from areal_mem.rollout.workflows.base import (
+    Workflow,
+    WorkflowContext,
+    decode_tokens,
+    prefill_tokens,
+    run_episode,
+    turn_lengths,
+)
 from areal_mem.trajectory import Trajectory
 
 # copied from `Trajectory.info` where the workflow recorded them: the episode's shape (every
@@ -76,6 +83,7 @@ async def evaluate(
             **{k: traj.info[k] for k in RECORD_KEYS if k in traj.info},
             "context_tokens": turn_lengths(traj.info),
             "prefill_tokens": prefill_tokens(traj),
+            "decode_tokens": decode_tokens(traj),
             **search_provenance(traj, task, lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=False)),
             # which policy versions sampled its model tokens (evaluation beside training)
             "token_versions": dict(

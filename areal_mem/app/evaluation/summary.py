@@ -32,7 +32,7 @@ def context_tokens_by_turn(records: List[Dict[str, Any]]) -> List[Dict[str, Any]
 
 
 def by_type(records: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
-    """EM, F1 (percent), searches and prefill tokens per question for each question type (`type`: the world's
+    """EM, F1 (percent), searches, prefill and decode tokens per question for each question type (`type`: the world's
     single | bridge | comparison, or a dataset's own); empty when the records have none. Where
     the answer was lost: `golden_in_search_rate` (a search returned a golden answer) and, for
     questions with a bridge entity, `first_hop_in_search_rate` (a search returned the passage
@@ -48,6 +48,7 @@ def by_type(records: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
             "f1": _mean_of(rs, "f1", 2, scale=100),
             "mean_tool_calls": _mean_of(rs, "tool_calls", 3),
             "mean_prefill_tokens": _mean_present(rs, "prefill_tokens"),
+            "mean_decode_tokens": _mean_present(rs, "decode_tokens"),
             **_rate(rs, "golden_in_search"),
             **_rate(rs, "first_hop_in_search"),
         }
@@ -89,6 +90,8 @@ def summarize(records: List[Dict[str, Any]], method: str, data: str) -> Dict[str
         # prompt tokens of every generation request, summed per episode: a generator's prefill
         # without a prefix cache (ReAct's grows with every turn, MemSearcher's does not)
         "mean_prefill_tokens": _mean_present(records, "prefill_tokens"),
+        # tokens the model generated per episode (memory rewrites included): the decode cost
+        "mean_decode_tokens": _mean_present(records, "decode_tokens"),
         "peak_context_tokens": max((max(r["context_tokens"], default=0) for r in records), default=0),
         "context_tokens_by_turn": context_tokens_by_turn(records),
         "by_type": by_type(records),
