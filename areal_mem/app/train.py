@@ -153,15 +153,13 @@ class TrainPipeline:
     def demos_path(self) -> str:
         return os.path.join(self.cfg.run_dir, "sft", "demos.jsonl")
 
-    def warm_start(self) -> str:
-        """Oracle demonstrations + SFT; returns the model RL starts from."""
+    def demonstrations(self) -> str:
+        """The oracle demonstrations of the SFT warm start, written when absent (after `prepare`),
+        with their stats beside them: a run that finds them written (resumed, or after the paper
+        bench counted their tokens to give both workflows the same SFT tokens) still reports them."""
         cfg, sft = self.cfg, self.cfg.learner.sft
-        out = self.sft_model_dir()
-        if not sft.warm_start:
-            return cfg.model.path
-        if os.path.exists(self.sft_config()):
-            return out
         demos = self.demos_path()
+        stats_path = os.path.join(os.path.dirname(demos), "demos_stats.json")
         if not os.path.exists(demos):
             from areal_mem.app.demonstrations import write_demonstrations
 
@@ -170,7 +168,22 @@ class TrainPipeline:
                     cfg, demos, limit=sft.oracle_questions, mistake_rate=sft.oracle_mistake_rate, seed=cfg.seed
                 )
             log.info("oracle demonstrations: %s", stats)
-            self.results["oracle"] = stats
+            with open(stats_path, "w", encoding="utf-8") as f:
+                json.dump(stats, f)
+        if os.path.exists(stats_path):
+            with open(stats_path, encoding="utf-8") as f:
+                self.results["oracle"] = json.load(f)
+        return demos
+
+    def warm_start(self) -> str:
+        """Oracle demonstrations + SFT; returns the model RL starts from."""
+        cfg, sft = self.cfg, self.cfg.learner.sft
+        out = self.sft_model_dir()
+        if not sft.warm_start:
+            return cfg.model.path
+        if os.path.exists(self.sft_config()):
+            return out
+        demos = self.demonstrations()
         threads = sft.threads or os.cpu_count() or 1
         self._run(
             "sft",

@@ -4,7 +4,8 @@ The paper's comparison in miniature. For each seed and each workflow (an arm) th
 (`areal-mem train`: world, tiny model, index, the workflow's own oracle demonstrations, SFT,
 asynchronous RL, greedy evaluation of the SFT and the RL model on the held-out test split) runs
 from its own run dir, `<run-dir>/<arm>/s<seed>`. The arms differ only in `rollout.workflow`,
-`eval.method` and ReAct's SFT epochs (`ARM_SETS`: the same SFT steps): the same world and base
+`eval.method` and ReAct's SFT epochs (for MemSearcher's SFT tokens: `ARM_SETS` on the recipe's
+world, `equal_sft_epochs` per horizon and seed with `--hops`): the same world and base
 model (one seed builds both), the same SFT recipe, RL steps, groups and token limits. A
 finished arm is read, not rerun, so the bench can run one seed per invocation and merge. With
 `--records DIR` each finished arm also leaves a record there (its evaluations, costs and the
@@ -13,7 +14,8 @@ seeds run in different sessions or on different machines merge without their run
 
 The report: EM and F1 by question type after SFT and after RL, for both workflows and every
 seed; searches per question; generator prefill tokens per question (the prompts of every
-generation request, summed) and learner tokens per trajectory; peak and per-turn context;
+generation request, summed), decode tokens (generated) and learner tokens per trajectory; SFT
+tokens; peak and per-turn context;
 learner seconds per step; paired sign tests over the same questions (RL against SFT per
 workflow, MemSearcher against ReAct after RL); and the targets of the recipe, met or not.
 """
@@ -119,8 +121,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         metavar="ARM:key.sub=value",
-        help=f"override for one arm only, repeatable; any given replace the default {' '.join(ARM_SETS)} "
-        "(equal SFT steps: ReAct has a third of MemSearcher's rows per question)",
+        help=f"override for one arm only, repeatable; any given replace the default, ReAct's SFT epochs for "
+        f"MemSearcher's SFT tokens: {' '.join(ARM_SETS)} on the recipe's world, and with --hops counted on each "
+        "horizon's and seed's oracle demonstrations",
     )
     d = PaperTargets()
     parser.add_argument(
@@ -192,6 +195,7 @@ def _eval(run_dir: str, tag: str) -> dict:
         "by_type": summary.get("by_type", {}),
         "searches": summary["mean_tool_calls"],
         "prefill_tokens": summary.get("mean_prefill_tokens"),
+        "decode_tokens": summary.get("mean_decode_tokens"),  # absent from runs evaluated before it was recorded
         "peak_context": summary.get("peak_context_tokens"),
         "context_by_turn": [t["mean"] for t in summary["context_tokens_by_turn"]],
     }
@@ -220,6 +224,49 @@ def learner_cost(run_dir: str) -> dict:
         "tokens_per_traj": statistics.median(tokens) if tokens else None,
         "step_s": statistics.median(step_s) if step_s else None,
     }
+
+
+def sft_tokens(run_dir: str) -> Optional[int]:
+    """The context tokens the run's SFT trained on: its oracle demonstrations' tokens times
+    `learner.sft.epochs` (what "trained alike" equalises between the workflows); None for a run
+    without demonstrations."""
+    demos = os.path.join(run_dir, "sft", "demos.jsonl")
+    if not os.path.exists(demos):
+        return None
+    with open(os.path.join(run_dir, "train_config.yaml"), encoding="utf-8") as f:
+        epochs = int(yaml.safe_load(f)["learner"]["sft"]["epochs"])
+    return epochs * sum(len(row["input_ids"]) for _, row in iter_jsonl(demos))
+
+
+def demo_tokens(configs: List[str], run_dir: str, seed: int, overrides: List[str]) -> Tuple[int, int]:
+    """The context tokens of one epoch of a run's oracle demonstrations and its SFT epochs. The
+    demonstrations are written first where absent (world, model and index too) exactly as
+    `areal-mem train` writes them, which then finds and reads them: counting costs the arm
+    nothing it would not do anyway."""
+    from areal_mem.app.train import TrainPipeline
+    from areal_mem.config import load_run
+
+    cfg = load_run(configs, [f"run_dir={run_dir}", f"seed={seed}", *overrides])
+    pipe = TrainPipeline(cfg, evaluate=False)
+    pipe.prepare()
+    return sum(len(row["input_ids"]) for _, row in iter_jsonl(pipe.demonstrations())), cfg.learner.sft.epochs
+
+
+def equal_sft_epochs(configs: List[str], root: str, seed: int, per_arm: Dict[str, List[str]]) -> int:
+    """ReAct's SFT epochs for MemSearcher's SFT tokens on the seed's world (the nearest whole
+    epoch): the oracles write one context row per question for ReAct and one per turn for
+    MemSearcher, and how many more depends on the horizon (2 hops: 5.65M tokens an epoch
+    against 2.68M, 6 epochs for MemSearcher's 3; 6 hops: 9.50M against 3.58M, 8 epochs)."""
+    (ms, epochs), (react, _) = (
+        demo_tokens(configs, os.path.join(root, arm, f"s{seed}"), seed, per_arm[arm]) for arm in ARMS
+    )
+    n = max(1, round(epochs * ms / react))
+    print(
+        f"[bench paper] seed {seed}: SFT tokens an epoch, memsearcher {ms:,}, react {react:,}: react trains "
+        f"{n} epochs ({n * react:,} tokens) for memsearcher's {epochs} ({epochs * ms:,})",
+        flush=True,
+    )
+    return n
 
 
 NO_PAIR = {"fixed": None, "broken": None, "p": None}
@@ -287,7 +334,7 @@ def arm_result(run_dir: str, arm: str, seed: int) -> dict:
         "world": world_sha256(run_dir, summary),
         "stage_s": summary["stage_s"],
         "wall_s": summary["wall_s"],
-        "learner": learner_cost(run_dir),
+        "learner": {**learner_cost(run_dir), "sft_tokens": sft_tokens(run_dir)},
         "sft": _eval(run_dir, "start"),
         "rl": _eval(run_dir, "final"),
         "rl_vs_sft": paired(_ems(ans, 1), _ems(ans, 2)) if ans else dict(NO_PAIR),
@@ -465,6 +512,8 @@ def markdown(rep: dict) -> str:
                 + [_num(_type(rl, t, "mean_prefill_tokens", None)) for t in types]
                 + [
                     _num(rl["prefill_tokens"]),
+                    _num(_type(rl, MULTI_HOP, "mean_decode_tokens", None)),
+                    _num(rl.get("decode_tokens")),
                     _num(rl["peak_context"], "d"),
                     " / ".join(f"{x:.0f}" for x in rl["context_by_turn"]),
                 ]
@@ -475,6 +524,7 @@ def markdown(rep: dict) -> str:
                     arm,
                     r["seed"],
                     _num(lc["sft_steps"]),
+                    _num(None if lc.get("sft_tokens") is None else lc["sft_tokens"] / 1e6, ".2f"),
                     lc["steps"],
                     _num(lc["tokens_per_traj"]),
                     _num(lc["step_s"], ".2f"),
@@ -496,21 +546,25 @@ def markdown(rep: dict) -> str:
         lines += [markdown_table(heads, chain_rows), ""]
     lines += [
         "Generation cost on the test questions (greedy; after RL; prefill: the prompt tokens of every generation "
-        "request of a question, summed, i.e. what a generator without a prefix cache prefills):",
+        "request of a question, summed, i.e. what a generator without a prefix cache prefills; decode: the tokens "
+        "the model generated, memory rewrites included; - where the run did not record it):",
         "",
     ]
     heads = ["workflow", "seed", "searches / question (SFT -> RL)"]
-    heads += [f"prefill / {t} question" for t in types] + ["prefill / question", "peak context", "mean context by turn"]
+    heads += [f"prefill / {t} question" for t in types] + ["prefill / question", f"decode / {MULTI_HOP} question"]
+    heads += ["decode / question", "peak context", "mean context by turn"]
     lines += [markdown_table(heads, cost_rows), ""]
     lines += [
-        "Training cost (SFT and RL steps; learner tokens: context-row tokens per trajectory of the batch, median over "
-        "steps; learner s / step: the step without the wait for a batch, median):",
+        "Training cost (SFT and RL steps; SFT tokens: the context tokens of the oracle demonstrations times the "
+        "epochs; learner tokens: context-row tokens per trajectory of the batch, median over steps; learner s / "
+        "step: the step without the wait for a batch, median):",
         "",
     ]
     heads = [
         "workflow",
         "seed",
         "SFT steps",
+        "SFT tokens (M)",
         "RL steps",
         "learner tokens / trajectory",
         "learner s / step",
@@ -575,15 +629,22 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"{PROG} paper: " + "; ".join(problems))
         return 0
     _refuse_horizon_keys(args.overrides + [x.partition(":")[2] for x in arm_sets])
+    # ReAct's share of SFT grows with the horizon: without --arm-set its epochs are counted on
+    # each horizon's and seed's demonstrations (`equal_sft_epochs`), not the recipe's 6
+    equal_sft = args.arm_set is None and "react" in arms
+    if equal_sft:
+        arm_sets, arms_set_up = [], list(dict.fromkeys([*ARMS, *arms]))
+    else:
+        arms_set_up = arms
     reps, problems = {}, []
     for h in horizons:
-        per_arm = arm_overrides(arms, [*args.overrides, *horizon_overrides(h)], arm_sets)
+        per_arm = arm_overrides(arms_set_up, [*args.overrides, *horizon_overrides(h)], arm_sets)
         where = argparse.Namespace(**vars(args))
         where.run_dir = os.path.join(args.run_dir, f"h{h}")
         where.records = os.path.join(args.records, f"h{h}") if args.records else ""
         where.name = f"{args.name}_h{h}"
         try:
-            reps[h], found = run_horizon(where, configs, seeds, arms, per_arm)
+            reps[h], found = run_horizon(where, configs, seeds, arms, per_arm, equal_sft)
         except SystemExit as e:  # a horizon with no finished run: the others are still reported
             found = [str(e)]
         problems += [f"{h} hops: {p}" for p in found]
@@ -597,35 +658,51 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mean(values: List[Optional[float]]) -> Optional[float]:
+    """The mean, or None when a run did not record the number (a 0 would pass for a measured cost)."""
+    return statistics.mean(values) if values and None not in values else None  # type: ignore[type-var]
+
+
+# the costs compared per horizon: (row key, what it is read from in a run's record)
+HORIZON_COSTS = {
+    "prefill": lambda r: _type(r["rl"], MULTI_HOP, "mean_prefill_tokens", None),
+    "decode": lambda r: _type(r["rl"], MULTI_HOP, "mean_decode_tokens", None),
+    "learner": lambda r: r["learner"]["tokens_per_traj"],
+}
+
+
 def by_horizon(reps: Dict[int, dict]) -> List[dict]:
     """One row per horizon and arm from each horizon's report: means over its seeds of the
-    `MULTI_HOP` EM after SFT and after RL, all-question EM, prefill tokens per `MULTI_HOP`
-    question after RL and the peak context; and MemSearcher's prefill over ReAct's (of the means),
-    the number the paper's efficiency claim is about, side by side for every horizon run."""
+    `MULTI_HOP` EM after SFT and after RL, all-question EM, the costs (prefill and decode tokens
+    per `MULTI_HOP` question after RL, learner tokens per trajectory), SFT tokens, the peak
+    context and the arm's wall time; and MemSearcher's cost over ReAct's (of the means), the
+    numbers the paper's efficiency claim is about, side by side for every horizon run."""
     rows = []
     for h, rep in sorted(reps.items()):
-        prefill = {}
+        here = []
         for arm, a in rep["arms"].items():
             runs = a["runs"]
-            pre = [_type(r["rl"], MULTI_HOP, "mean_prefill_tokens", None) for r in runs]
-            prefill[arm] = statistics.mean(pre) if pre and None not in pre else None
-            rows.append(
-                {
-                    "hops": h,
-                    "arm": arm,
-                    "seeds": [r["seed"] for r in runs],
-                    "em_sft": statistics.mean(_type(r["sft"], MULTI_HOP, "em") for r in runs),
-                    "em_rl": statistics.mean(_type(r["rl"], MULTI_HOP, "em") for r in runs),
-                    "all_sft": statistics.mean(r["sft"]["em"] for r in runs),
-                    "all_rl": statistics.mean(r["rl"]["em"] for r in runs),
-                    "prefill": prefill[arm],
-                    "peak_context": max(r["rl"]["peak_context"] or 0 for r in runs),
-                }
-            )
-        ms, react = prefill.get("memsearcher"), prefill.get("react")
-        for row in rows:
-            if row["hops"] == h:
-                row["prefill_ratio"] = ms / react if ms is not None and react else None
+            row = {
+                "hops": h,
+                "arm": arm,
+                "seeds": [r["seed"] for r in runs],
+                "em_sft": statistics.mean(_type(r["sft"], MULTI_HOP, "em") for r in runs),
+                "em_rl": statistics.mean(_type(r["rl"], MULTI_HOP, "em") for r in runs),
+                "all_sft": statistics.mean(r["sft"]["em"] for r in runs),
+                "all_rl": statistics.mean(r["rl"]["em"] for r in runs),
+                **{key: _mean([of(r) for r in runs]) for key, of in HORIZON_COSTS.items()},
+                "sft_tokens": _mean([r["learner"].get("sft_tokens") for r in runs]),
+                "peak_context": max(r["rl"]["peak_context"] or 0 for r in runs),
+                "wall_min": statistics.mean(r["wall_s"] for r in runs) / 60,
+            }
+            here.append(row)
+        by_arm = {row["arm"]: row for row in here}
+        ms, react = by_arm.get("memsearcher", {}), by_arm.get("react", {})
+        for row in here:
+            for key in HORIZON_COSTS:
+                m, r = ms.get(key), react.get(key)
+                row[f"{key}_ratio"] = m / r if m is not None and r else None
+        rows += here
     return rows
 
 
@@ -637,8 +714,12 @@ def horizons_markdown(data: dict) -> str:
         f"{MULTI_HOP} EM SFT -> RL",
         "all EM SFT -> RL",
         f"prefill / {MULTI_HOP} question",
-        "MemSearcher / ReAct prefill",
+        f"decode / {MULTI_HOP} question",
+        "learner tokens / trajectory",
+        "MemSearcher / ReAct: prefill, decode, learner",
+        "SFT tokens (M)",
         "peak context",
+        "min / arm",
     ]
     rows = [
         [
@@ -648,8 +729,12 @@ def horizons_markdown(data: dict) -> str:
             f"{r['em_sft']:.1f} -> **{r['em_rl']:.1f}**",
             f"{r['all_sft']:.1f} -> **{r['all_rl']:.1f}**",
             _num(r["prefill"]),
-            _num(r["prefill_ratio"], ".2f"),
+            _num(r["decode"]),
+            _num(r["learner"]),
+            ", ".join(_num(r[f"{key}_ratio"], ".2f") for key in HORIZON_COSTS),
+            _num(None if r["sft_tokens"] is None else r["sft_tokens"] / 1e6, ".2f"),
             _num(r["peak_context"], "d"),
+            f"{r['wall_min']:.1f}",
         ]
         for r in data["horizons"]
     ]
@@ -675,18 +760,27 @@ def _refuse_horizon_keys(overrides: List[str]) -> None:
 
 
 def run_horizon(
-    args: argparse.Namespace, configs: List[str], seeds: List[int], arms: List[str], per_arm: Dict[str, List[str]]
+    args: argparse.Namespace,
+    configs: List[str],
+    seeds: List[int],
+    arms: List[str],
+    per_arm: Dict[str, List[str]],
+    equal_sft: bool = False,
 ) -> Tuple[dict, List[str]]:
-    """Train what is missing under `args.run_dir`, then report every finished run and kept
-    record there: the report and the problems (failed runs, records of another world)."""
+    """Train what is missing under `args.run_dir` (with `equal_sft`, ReAct for MemSearcher's SFT
+    tokens), then report every finished run and kept record there: the report and the problems
+    (failed runs, records of another world)."""
     failed = []
     for seed in seeds:
         for arm in arms:
             run_dir = os.path.join(args.run_dir, arm, f"s{seed}")
             if finished(run_dir) or args.collect_only:
                 continue
+            overrides = per_arm[arm]
+            if equal_sft and arm == "react":
+                overrides = [*overrides, f"learner.sft.epochs={equal_sft_epochs(configs, args.run_dir, seed, per_arm)}"]
             try:
-                train_run(configs, run_dir, seed, per_arm[arm], f"{arm} seed {seed}")
+                train_run(configs, run_dir, seed, overrides, f"{arm} seed {seed}")
             except SystemExit as e:  # the other runs go on, and the report has what finished
                 print(e, flush=True)
                 failed.append(f"{arm} seed {seed}")

@@ -16,13 +16,14 @@ PREFILL_MS = {"bridge": 2000.0, "comparison": 1800.0, "single": 1000.0}
 PREFILL_REACT = {"bridge": 3000.0, "comparison": 2400.0, "single": 900.0}
 
 
-def _run(root, arm, seed, sft, rl, prefill, train_rows, world="w0", recorded=False):
+def _run(root, arm, seed, sft, rl, prefill, train_rows, world="w0", recorded=False, decode=None, demos=None):
     """One finished arm: eval/start and eval/final (per question EM, typed), the summaries the
     eval writes, the learner's train metrics, the train summary, and its world: files hashed as
     `world` says (arms of one seed on "w0" have the same bytes), the manifest in `<run>/world`
     and the resolved config naming it relative to where the run was started (not here), as a
     run trained before the summary recorded it; `recorded`: the summary has it (and the
-    manifest is gone)."""
+    manifest is gone); `decode`: decode tokens by type, as evaluations record them since
+    2026-12-07; `demos`: (SFT epochs, the token count of each demonstration row)."""
     run = root / arm / f"s{seed}"
     sha = {k: f"{world}-{seed}-{k}" for k in ("corpus", "train", "dev", "test")}
     if not recorded:
@@ -38,6 +39,8 @@ def _run(root, arm, seed, sft, rl, prefill, train_rows, world="w0", recorded=Fal
             sel = [e for e, tt in zip(ems, TYPES) if tt == t]
             pct = 100 * sum(sel) / len(sel)
             by_type[t] = {"questions": len(sel), "em": pct, "f1": pct, "mean_prefill_tokens": prefill[t]}
+            if decode:
+                by_type[t]["mean_decode_tokens"] = decode[t]
             by_type[t]["golden_in_search_rate"] = 50.0 + (tag == "final") * 25.0
             if t == "bridge":
                 by_type[t]["first_hop_in_search_rate"] = 80.0
@@ -49,9 +52,17 @@ def _run(root, arm, seed, sft, rl, prefill, train_rows, world="w0", recorded=Fal
             "peak_context_tokens": 900,
             "context_tokens_by_turn": [{"turn": 0, "mean": 400.0}, {"turn": 1, "mean": 650.4}],
             "by_type": by_type,
+            **({"mean_decode_tokens": sum(decode.values()) / 3} if decode else {}),
         }
         folder.joinpath("summary.json").write_text(json.dumps(summary))
-    run.joinpath("train_config.yaml").write_text(f"world:\n  dir: runs/paper/{arm}/s{seed}/world\n")
+    config = f"world:\n  dir: runs/paper/{arm}/s{seed}/world\n"
+    if demos:
+        epochs, lengths = demos
+        config += f"learner:\n  sft:\n    epochs: {epochs}\n"
+        (run / "sft").mkdir()
+        rows = [{"input_ids": [1] * n, "prompt_len": 1} for n in lengths]
+        (run / "sft" / "demos.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run.joinpath("train_config.yaml").write_text(config)
     run.joinpath("metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_rows))
     summary = {"stage_s": {"sft": 600.0, "rl": 300.0}, "wall_s": 1200.0}
     run.joinpath("train_summary.json").write_text(
@@ -128,6 +139,7 @@ def test_collect_reports_both_arms_by_type_with_sign_tests_and_targets(tmp_path,
         "steps": 1,
         "tokens_per_traj": 750.0,
         "step_s": 1.5,
+        "sft_tokens": None,  # no demonstrations written
     }  # 2.0 s less 0.5 s waiting
     # after RL, MemSearcher right / ReAct wrong on q0, q2, q4; the reverse on q5
     (vs,) = rep["memsearcher_vs_react"]
@@ -139,8 +151,8 @@ def test_collect_reports_both_arms_by_type_with_sign_tests_and_targets(tmp_path,
     row = "| memsearcher | 0 | 33.3 -> **100.0** | 0.0 -> **0.0** | 50.0 -> **100.0** | 33.3 -> **83.3** | 3 / 0 (p 0.25) |"
     assert row + " 2 / 0 (p 0.5) |" in text
     assert "| memsearcher | 0 | 80.0 -> 80.0 | 50.0 -> 75.0 | 33.3 -> 100.0 |" in text  # where bridges were lost
-    assert "| react | 0 | 1.50 -> 1.50 | 3,000 | 2,400 | 900 | 2,100 | 900 | 400 / 650 |" in text
-    assert "| react | 0 | 2 | 1 | 750 | 1.50 | 10.0 / 5.0 / 20.0 |" in text
+    assert "| react | 0 | 1.50 -> 1.50 | 3,000 | 2,400 | 900 | 2,100 | - | - | 900 | 400 / 650 |" in text
+    assert "| react | 0 | 2 | - | 1 | 750 | 1.50 | 10.0 / 5.0 / 20.0 |" in text
     assert "**not met**: after RL, MemSearcher's bridge EM at least ReAct's" in text
     assert (out / "paper.png").exists()
     assert "seed 0, after RL: MemSearcher right where ReAct is wrong on 3 questions" in capsys.readouterr().out
@@ -342,8 +354,32 @@ def test_horizons_run_in_their_own_folders_and_are_compared_side_by_side(tmp_pat
     _run(tmp_path / "h2", "memsearcher", 0, [0, 0, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0], PREFILL_MS, train)
     _run(tmp_path / "h2", "react", 0, [0, 0, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0], PREFILL_REACT, train)
     cheap = {"bridge": 1500.0, "comparison": 1800.0, "single": 1000.0}
-    _run(tmp_path / "h4", "memsearcher", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0], cheap, train)
-    _run(tmp_path / "h4", "react", 0, [0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], PREFILL_REACT, train)
+    ms_decode, react_decode = {"bridge": 600.0, "comparison": 500.0, "single": 100.0}, dict.fromkeys(TYPES, 200.0)
+    ms_train = [{**train[0], "context_tokens": 600.0}]  # 1,500 tokens a trajectory against 750
+    # MemSearcher 3 epochs of 3 rows, ReAct 4 of 2: 3 x 4.5M and 4 x 3M tokens
+    ms_demos, react_demos = (3, [2_000_000, 1_500_000, 1_000_000]), (4, [2_000_000, 1_000_000])
+    _run(
+        tmp_path / "h4",
+        "memsearcher",
+        0,
+        [0] * 6,
+        [1, 1, 1, 1, 1, 0],
+        cheap,
+        ms_train,
+        decode=ms_decode,
+        demos=ms_demos,
+    )
+    _run(
+        tmp_path / "h4",
+        "react",
+        0,
+        [0] * 6,
+        [1, 1, 1, 0, 0, 0],
+        PREFILL_REACT,
+        train,
+        decode=react_decode,
+        demos=react_demos,
+    )
     records, out = tmp_path / "records", tmp_path / "reports"
     argv = ["paper", "--collect-only", "--hops", "2,4", "--run-dir", str(tmp_path), "--seeds", "0"]
     assert main(argv + ["--records", str(records), "--report-dir", str(out)]) == 0
@@ -353,9 +389,20 @@ def test_horizons_run_in_their_own_folders_and_are_compared_side_by_side(tmp_pat
     assert [(r["hops"], r["arm"]) for r in rows] == [(2, "memsearcher"), (2, "react"), (4, "memsearcher"), (4, "react")]
     assert rows[2]["em_sft"] == 0.0 and rows[2]["em_rl"] == 100.0  # its three bridges, 0 -> 3
     assert [r["prefill_ratio"] for r in rows] == [2000 / 3000, 2000 / 3000, 0.5, 0.5]
+    assert [r["decode_ratio"] for r in rows] == [None, None, 3.0, 3.0]  # the 2-hop runs did not record it
+    assert [r["learner_ratio"] for r in rows] == [1.0, 1.0, 2.0, 2.0]
+    assert [r["sft_tokens"] for r in rows] == [None, None, 13_500_000, 12_000_000]
     text = (out / "paper_horizons.md").read_text()
-    assert "| 4 | memsearcher | 0 | 0.0 -> **100.0** | 0.0 -> **83.3** | 1,500 | 0.50 | 900 |" in text
-    assert "| 2 | react | 0 | 33.3 -> **33.3** | 16.7 -> **50.0** | 3,000 | 0.67 | 900 |" in text
+    row = "| 4 | memsearcher | 0 | 0.0 -> **100.0** | 0.0 -> **83.3** | 1,500 | 600 | 1,500 | 0.50, 3.00, 2.00 | 13.50 | 900 | 20.0 |"
+    assert row in text
+    assert (
+        "| 2 | react | 0 | 33.3 -> **33.3** | 16.7 -> **50.0** | 3,000 | - | 750 | 0.67, -, 1.00 | - | 900 | 20.0 |"
+        in text
+    )
+    # each horizon's own report has the decode and SFT tokens of its arms
+    h4 = (out / "paper_h4.md").read_text()
+    assert "| memsearcher | 0 | 1.50 -> 1.50 | 1,500 | 1,800 | 1,000 | 1,433 | 600 | 400 | 900 | 400 / 650 |" in h4
+    assert "| react | 0 | 0 | 12.00 | 1 | 750 | 1.50 | 10.0 / 5.0 / 20.0 |" in h4
     # a horizon's own keys are the bench's with --hops
     with pytest.raises(SystemExit, match="with --hops the bench sets world.hops per horizon"):
         main(argv + ["world.hops=3"])
@@ -377,3 +424,47 @@ def test_the_two_hop_horizon_is_the_recipe():
     six = load_run(files, ["run_dir=/tmp/x", *horizon_overrides(6)])
     assert (six.world.hops, six.rollout.limits.max_turns, six.eval.max_turns) == (6, 8, 8)
     assert (six.rollout.limits.max_new_tokens, six.rollout.limits.max_memory_tokens) == (288, 288)
+
+
+@pytest.mark.integration
+def test_with_hops_react_trains_for_memsearchers_sft_tokens_on_the_demonstrations_the_runs_then_read(
+    tmp_path, monkeypatch
+):
+    """--hops without --arm-set: both arms' oracle demonstrations are written in their run dirs
+    (where `areal-mem train` finds and reads them) and ReAct's SFT epochs are MemSearcher's times
+    its tokens over ReAct's, to the nearest epoch; a given --arm-set is used as it is."""
+    import benchmarks.harness.paper as paper
+
+    calls = {}
+    train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
+
+    def fake_train(configs, run_dir, seed, overrides, label):
+        arm = os.path.basename(os.path.dirname(run_dir))
+        calls[arm] = overrides
+        shutil.rmtree(os.path.join(run_dir, "world"), ignore_errors=True)  # the finished run's own, below
+        _run(pathlib.Path(os.path.dirname(os.path.dirname(run_dir))), arm, seed, [1] * 6, [1] * 6, PREFILL_MS, train)
+        epochs = [o.partition("=")[2] for o in overrides if o.startswith("learner.sft.epochs=")] or ["3"]
+        with open(os.path.join(run_dir, "train_config.yaml"), "a", encoding="utf-8") as f:
+            f.write(f"learner:\n  sft:\n    epochs: {epochs[-1]}\n")  # as the resolved config has it
+
+    monkeypatch.setattr(paper, "train_run", fake_train)
+    small = ["world.passages=300", "world.questions=60", "retriever.kind=bm25"]
+    # ReAct first and alone: MemSearcher's demonstrations are written for the count all the same
+    assert main(["paper", "--hops", "3", "--run-dir", str(tmp_path), "--seeds", "0", "--arms", "react", *small]) == 0
+    tokens = {}
+    for arm in ("memsearcher", "react"):
+        demos = tmp_path / "h3" / arm / "s0" / "sft" / "demos.jsonl"
+        tokens[arm] = sum(len(json.loads(line)["input_ids"]) for line in demos.read_text().splitlines())
+        assert json.loads((demos.parent / "demos_stats.json").read_text())["questions"] > 0
+    assert tokens["memsearcher"] > 2 * tokens["react"]  # a row a turn against a row a question
+    epochs = round(3 * tokens["memsearcher"] / tokens["react"])  # the paper recipe's 3 for MemSearcher
+    assert calls["react"][-1] == f"learner.sft.epochs={epochs}" and epochs != 6
+    assert "memsearcher" not in calls
+    # and its report has the SFT tokens it trained on
+    rep = json.loads((tmp_path / "h3" / "paper_h3.json").read_text())
+    assert rep["arms"]["react"]["runs"][0]["learner"]["sft_tokens"] == epochs * tokens["react"]
+    # a given --arm-set replaces the count
+    argv = ["paper", "--hops", "3", "--run-dir", str(tmp_path / "b"), "--seeds", "0", "--arms", "react", *small]
+    assert main([*argv, "--arm-set", "react:learner.sft.epochs=2"]) == 0
+    assert calls["react"][-1] == "learner.sft.epochs=2"
+    assert not (tmp_path / "b" / "h3" / "memsearcher").exists()
