@@ -506,6 +506,10 @@ def markdown(rep: dict) -> str:
                         f"{_num(_type(sft, MULTI_HOP, key, None), '.1f')} -> {_num(_type(rl, MULTI_HOP, key, None), '.1f')}"
                         for key in ("first_hop_in_search_rate", "golden_in_search_rate", "em")
                     ]
+                    + [
+                        f"{_num(_type(sft, MULTI_HOP, 'mean_hops_found', None), '.2f')} -> "
+                        f"{_num(_type(rl, MULTI_HOP, 'mean_hops_found', None), '.2f')}"
+                    ]
                 )
             cost_rows.append(
                 [arm, r["seed"], f"{sft['searches']:.2f} -> {rl['searches']:.2f}"]
@@ -539,10 +543,11 @@ def markdown(rep: dict) -> str:
         lines += [
             f"Where {MULTI_HOP} questions were lost (% of them, after SFT -> after RL): a search returned the first "
             "hop's passage (one naming the bridge entity, other than the bridge's own), a search returned the answer "
-            "(the second hop's), answered right:",
+            "(the second hop's), answered right; and how many hops of the chain the searches followed in order (the "
+            "passage of each entity naming the next, the last naming the answer; - where not recorded):",
             "",
         ]
-        heads = ["workflow", "seed", "first hop found", "answer found", "EM"]
+        heads = ["workflow", "seed", "first hop found", "answer found", "EM", "hops followed (mean)"]
         lines += [markdown_table(heads, chain_rows), ""]
     lines += [
         "Generation cost on the test questions (greedy; after RL; prefill: the prompt tokens of every generation "

@@ -41,6 +41,8 @@ def _run(root, arm, seed, sft, rl, prefill, train_rows, world="w0", recorded=Fal
             by_type[t] = {"questions": len(sel), "em": pct, "f1": pct, "mean_prefill_tokens": prefill[t]}
             if decode:
                 by_type[t]["mean_decode_tokens"] = decode[t]
+                if t == "bridge":
+                    by_type[t]["mean_hops_found"] = 1.0 + (tag == "final")
             by_type[t]["golden_in_search_rate"] = 50.0 + (tag == "final") * 25.0
             if t == "bridge":
                 by_type[t]["first_hop_in_search_rate"] = 80.0
@@ -403,6 +405,10 @@ def test_horizons_run_in_their_own_folders_and_are_compared_side_by_side(tmp_pat
     h4 = (out / "paper_h4.md").read_text()
     assert "| memsearcher | 0 | 1.50 -> 1.50 | 1,500 | 1,800 | 1,000 | 1,433 | 600 | 400 | 900 | 400 / 650 |" in h4
     assert "| react | 0 | 0 | 12.00 | 1 | 750 | 1.50 | 10.0 / 5.0 / 20.0 |" in h4
+    assert "| memsearcher | 0 | 80.0 -> 80.0 | 50.0 -> 75.0 | 0.0 -> 100.0 | 1.00 -> 2.00 |" in h4
+    assert (
+        "| memsearcher | 0 | 80.0 -> 80.0 | 50.0 -> 75.0 | 33.3 -> 66.7 | - -> - |" in (out / "paper_h2.md").read_text()
+    )
     # a horizon's own keys are the bench's with --hops
     with pytest.raises(SystemExit, match="with --hops the bench sets world.hops per horizon"):
         main(argv + ["world.hops=3"])

@@ -81,6 +81,10 @@ def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, c
         for qtype, t in types.items():
             rs = [r for r in records if r["type"] == qtype]
             assert all(("first_hop_in_search" in r) == (qtype == "bridge") for r in rs)
+            assert all(("hops_found" in r) == (qtype == "bridge") for r in rs)
+            if qtype == "bridge":  # two hops: the first found, then the answer's passage
+                assert all(0 <= r["hops_found"] <= 2 and (r["hops_found"] > 0) == r["first_hop_in_search"] for r in rs)
+                assert t["mean_hops_found"] == round(sum(r["hops_found"] for r in rs) / len(rs), 2)
             assert t["golden_in_search_rate"] == round(100 * sum(r["golden_in_search"] for r in rs) / len(rs), 2)
             if qtype == "bridge":
                 rate = round(100 * sum(r["first_hop_in_search"] for r in rs) / len(rs), 2)

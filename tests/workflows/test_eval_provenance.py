@@ -38,13 +38,53 @@ def test_first_hop_is_a_passage_naming_the_bridge_other_than_its_own(tokenizer):
     first = f'<tool_response>{call % "Ana"}\n"Ana"\nAna was born in Vell.\n"Bo"\nBo is a poet.\n</tool_response>\n'
     second = f'<tool_response>{call % "Vell"}\n"Vell"\nVell is a city in Kest.\n</tool_response>\n'
     both = search_provenance(_traj(tokenizer, "search", first + second, "Kest"), task, decode)
-    assert both == {"golden_in_search": True, "answer_in_search": True, "first_hop_in_search": True}
+    assert both == {"golden_in_search": True, "answer_in_search": True, "first_hop_in_search": True, "hops_found": 2}
     only_second = search_provenance(_traj(tokenizer, "search", second, "Kest"), task, decode)
-    assert only_second == {"golden_in_search": True, "answer_in_search": True, "first_hop_in_search": False}
+    assert only_second == {
+        "golden_in_search": True,
+        "answer_in_search": True,
+        "first_hop_in_search": False,
+        "hops_found": 0,  # the second hop without the first is not a chain followed
+    }
     only_first = search_provenance(_traj(tokenizer, "search", first, "Vell"), task, decode)
-    assert only_first == {"golden_in_search": False, "answer_in_search": True, "first_hop_in_search": True}
+    assert only_first == {
+        "golden_in_search": False,
+        "answer_in_search": True,
+        "first_hop_in_search": True,
+        "hops_found": 1,
+    }
     # the second search's call line names the bridge in its query: it is not a passage, and the
     # first response's last passage ("Bo") ends at its own closing tag, not in the next call
     unlinked = "<tool_response>" + call % "Ana" + '\n"Bo"\nBo is a poet.\n</tool_response>\n'
     asked = search_provenance(_traj(tokenizer, "search", unlinked + second, "Kest"), task, decode)
-    assert asked == {"golden_in_search": True, "answer_in_search": True, "first_hop_in_search": False}
+    assert asked == {"golden_in_search": True, "answer_in_search": True, "first_hop_in_search": False, "hops_found": 0}
+
+
+def test_hops_found_follows_a_long_chain_link_by_link(tokenizer):
+    """A 4-hop chain (Ana -> employer Orm -> founder Vell -> birth city Tor -> its country Kest):
+    hop i + 1 is the passage of chain entity i (its title) naming the next; a homonym's passage,
+    same title without the link, does not count, and the chain stops at the first hop missing."""
+    chain = ["Orm", "Vell", "Tor"]
+    task = Task(
+        "q", "In which country was the founder of Ana's employer born?", ["Kest"], {"bridge": "Orm", "chain": chain}
+    )
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+
+    def response(*docs):
+        call = '{"name": "wikipedia_search", "arguments": {"query": "x"}}'
+        return "<tool_response>" + call + "".join(f'\n"{t}"\n{text}' for t, text in docs) + "\n</tool_response>\n"
+
+    hops = [
+        ("Ana", "Ana works for Orm."),
+        ("Orm", "Orm was founded by Vell."),
+        ("Vell", "Vell was born in Tor."),
+        ("Tor", "Tor is a city in Kest."),
+    ]
+
+    def found(*docs):
+        return search_provenance(_traj(tokenizer, "search", response(*docs), ""), task, decode)["hops_found"]
+
+    assert found(*hops) == 4
+    assert found(*hops[:3]) == 3
+    assert found(hops[0], ("Orm", "Orm is a river."), hops[2], hops[3]) == 1  # a homonym Orm: the chain broke there
+    assert found(*hops[1:]) == 0

@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 from collections import Counter
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from tqdm import tqdm
 
@@ -49,7 +49,22 @@ def search_provenance(traj: Trajectory, task: Task, decode) -> Dict[str, bool]:
     if bridge:
         docs = response_documents(injected)
         found["first_hop_in_search"] = any(bridge in text for title, text in docs if title != bridge)
+        chain = task.metadata.get("chain") or [bridge]  # a 2-hop world's questions name only the bridge
+        found["hops_found"] = hops_found(
+            docs, [str(e) for e in chain], task.golden_answers, found["first_hop_in_search"]
+        )
     return found
+
+
+def hops_found(docs: List[Tuple[str, str]], chain: List[str], golden: List[str], first_hop: bool) -> int:
+    """How many hops of a bridge chain the searches returned, in order from the first (0 to
+    len(chain) + 1): the first hop, a passage naming the chain's first entity (`first_hop`); hop
+    i + 1, the passage of entity i (its title) naming entity i + 1, the last one naming the
+    answer. A homonym's passage has the title but not the link. Where a k-hop chain broke."""
+    links = [first_hop]
+    links += [any(title == a and b in text for title, text in docs) for a, b in zip(chain, chain[1:])]
+    links.append(any(title == chain[-1] and substring_match(text, golden) for title, text in docs))
+    return next((i for i, ok in enumerate(links) if not ok), len(links))
 
 
 async def evaluate(

@@ -36,7 +36,7 @@ def by_type(records: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     single | bridge | comparison, or a dataset's own); empty when the records have none. Where
     the answer was lost: `golden_in_search_rate` (a search returned a golden answer) and, for
     questions with a bridge entity, `first_hop_in_search_rate` (a search returned the passage
-    that links to it)."""
+    that links to it) and `mean_hops_found` (how far along the chain the searches got)."""
     groups: Dict[str, List[Dict[str, Any]]] = {}
     for r in records:
         if r.get("type"):
@@ -51,6 +51,7 @@ def by_type(records: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
             "mean_decode_tokens": _mean_present(rs, "decode_tokens"),
             **_rate(rs, "golden_in_search"),
             **_rate(rs, "first_hop_in_search"),
+            **_mean_hops(rs),
         }
         for t, rs in sorted(groups.items())
     }
@@ -61,6 +62,12 @@ def _mean_present(records: List[Dict[str, Any]], key: str) -> Optional[float]:
     before it was recorded): a 0 would pass for a measured cost, and win a comparison."""
     having = [r[key] for r in records if key in r]
     return round(_mean(having), 1) if having else None
+
+
+def _mean_hops(records: List[Dict[str, Any]]) -> Dict[str, float]:
+    """`mean_hops_found` over the records that have `hops_found` (bridge questions); nothing when none has it."""
+    having = [r["hops_found"] for r in records if "hops_found" in r]
+    return {"mean_hops_found": round(_mean(having), 2)} if having else {}
 
 
 def _rate(records: List[Dict[str, Any]], key: str) -> Dict[str, float]:
