@@ -360,28 +360,11 @@ def test_horizons_run_in_their_own_folders_and_are_compared_side_by_side(tmp_pat
     ms_train = [{**train[0], "context_tokens": 600.0}]  # 1,500 tokens a trajectory against 750
     # MemSearcher 3 epochs of 3 rows, ReAct 4 of 2: 3 x 4.5M and 4 x 3M tokens
     ms_demos, react_demos = (3, [2_000_000, 1_500_000, 1_000_000]), (4, [2_000_000, 1_000_000])
-    _run(
-        tmp_path / "h4",
-        "memsearcher",
-        0,
-        [0] * 6,
-        [1, 1, 1, 1, 1, 0],
-        cheap,
-        ms_train,
-        decode=ms_decode,
-        demos=ms_demos,
-    )
-    _run(
-        tmp_path / "h4",
-        "react",
-        0,
-        [0] * 6,
-        [1, 1, 1, 0, 0, 0],
-        PREFILL_REACT,
-        train,
-        decode=react_decode,
-        demos=react_demos,
-    )
+    for arm, rl, prefill, rows, decode, demos in (
+        ("memsearcher", [1, 1, 1, 1, 1, 0], cheap, ms_train, ms_decode, ms_demos),
+        ("react", [1, 1, 1, 0, 0, 0], PREFILL_REACT, train, react_decode, react_demos),
+    ):
+        _run(tmp_path / "h4", arm, 0, [0] * 6, rl, prefill, rows, decode=decode, demos=demos)
     records, out = tmp_path / "records", tmp_path / "reports"
     argv = ["paper", "--collect-only", "--hops", "2,4", "--run-dir", str(tmp_path), "--seeds", "0"]
     assert main(argv + ["--records", str(records), "--report-dir", str(out)]) == 0
