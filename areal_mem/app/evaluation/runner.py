@@ -49,7 +49,9 @@ def search_provenance(traj: Trajectory, task: Task, decode) -> Dict[str, bool]:
     if bridge:
         docs = response_documents(injected)
         found["first_hop_in_search"] = any(bridge in text for title, text in docs if title != bridge)
-        chain = task.metadata.get("chain") or [bridge]  # a 2-hop world's questions name only the bridge
+        chain = task.metadata.get("chain")
+        if not isinstance(chain, list) or not chain:  # a 2-hop world's questions name only the bridge
+            chain = [bridge]
         found["hops_found"] = hops_found(
             docs, [str(e) for e in chain], task.golden_answers, found["first_hop_in_search"]
         )
