@@ -66,8 +66,8 @@ def _mean_present(records: List[Dict[str, Any]], key: str) -> Optional[float]:
 
 def _mean_hops(records: List[Dict[str, Any]]) -> Dict[str, float]:
     """`mean_hops_found` over the records that have `hops_found` (bridge questions); nothing when none has it."""
-    having = [r["hops_found"] for r in records if "hops_found" in r]
-    return {"mean_hops_found": round(_mean(having), 2)} if having else {}
+    hops = _mean_of(records, "hops_found", 2)
+    return {} if hops is None else {"mean_hops_found": hops}
 
 
 def _rate(records: List[Dict[str, Any]], key: str) -> Dict[str, float]:
