@@ -238,7 +238,9 @@ def corpus_titles(corpus_path: str) -> Dict[str, str]:
 async def demonstrations(
     tasks: List[Task], policy: OraclePolicy, ctx, workflow, out_path: str, concurrency: int = 16, progress: bool = True
 ) -> Dict[str, float]:
-    """Run the workflow with the oracle on every task; write all context rows as jsonl."""
+    """Run the workflow with the oracle on every task; write all context rows as jsonl. The stats
+    count the rows' context tokens (one SFT epoch), which is what the paper bench equalises
+    between workflows without reading the file again."""
     import asyncio
 
     from tqdm import tqdm
@@ -257,16 +259,18 @@ async def demonstrations(
         for done in asyncio.as_completed(jobs):
             await done
             bar.update(1)
-    rows = 0
+    rows = tokens = 0
     with open(out_path, "w", encoding="utf-8") as f:
         for task, job in zip(tasks, jobs):
             for row in group_to_table(Group(task.id, [job.result()])).to_pylist():
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
                 rows += 1
+                tokens += len(row["input_ids"])
     trajs = [j.result() for j in jobs]
     return {
         "questions": len(trajs),
         "rows": rows,
+        "tokens": tokens,
         "em": sum(t.info["em"] for t in trajs) / max(1, len(trajs)),
         "reward": sum(t.reward for t in trajs) / max(1, len(trajs)),
     }

@@ -226,16 +226,32 @@ def learner_cost(run_dir: str) -> dict:
     }
 
 
+def epoch_tokens(run_dir: str) -> Optional[int]:
+    """The context tokens of one epoch of the run's oracle demonstrations, as `areal-mem train`
+    counted them when it wrote them (`sft/demos_stats.json`); counted from the file for a run
+    written before the stats had them; None for a run without demonstrations."""
+    sft = os.path.join(run_dir, "sft")
+    if not os.path.exists(os.path.join(sft, "demos.jsonl")):
+        return None
+    stats = os.path.join(sft, "demos_stats.json")
+    if os.path.exists(stats):
+        with open(stats, encoding="utf-8") as f:
+            tokens = json.load(f).get("tokens")
+        if tokens is not None:
+            return int(tokens)
+    return sum(len(row["input_ids"]) for _, row in iter_jsonl(os.path.join(sft, "demos.jsonl")))
+
+
 def sft_tokens(run_dir: str) -> Optional[int]:
     """The context tokens the run's SFT trained on: its oracle demonstrations' tokens times
     `learner.sft.epochs` (what "trained alike" equalises between the workflows); None for a run
     without demonstrations."""
-    demos = os.path.join(run_dir, "sft", "demos.jsonl")
-    if not os.path.exists(demos):
+    tokens = epoch_tokens(run_dir)
+    if tokens is None:
         return None
     with open(os.path.join(run_dir, "train_config.yaml"), encoding="utf-8") as f:
         epochs = int(yaml.safe_load(f)["learner"]["sft"]["epochs"])
-    return epochs * sum(len(row["input_ids"]) for _, row in iter_jsonl(demos))
+    return epochs * tokens
 
 
 def demo_tokens(configs: List[str], run_dir: str, seed: int, overrides: List[str]) -> Tuple[int, int]:
@@ -249,7 +265,10 @@ def demo_tokens(configs: List[str], run_dir: str, seed: int, overrides: List[str
     cfg = load_run(configs, [f"run_dir={run_dir}", f"seed={seed}", *overrides])
     pipe = TrainPipeline(cfg, evaluate=False)
     pipe.prepare()
-    return sum(len(row["input_ids"]) for _, row in iter_jsonl(pipe.demonstrations())), cfg.learner.sft.epochs
+    pipe.demonstrations()
+    tokens = epoch_tokens(run_dir)
+    assert tokens is not None  # just written
+    return tokens, cfg.learner.sft.epochs
 
 
 def equal_sft_epochs(configs: List[str], root: str, seed: int, per_arm: Dict[str, List[str]]) -> int:
@@ -466,6 +485,16 @@ def report(
         "seeds": seeds,
         "arms": arms,
         "memsearcher_vs_react": head,
+        # the seeds are independent runs on independent worlds: their wins and losses add up
+        "memsearcher_vs_react_pooled": {
+            key: dict(
+                zip(
+                    ("wins", "losses", "p"),
+                    pooled([(v[key]["wins"], v[key]["losses"]) for v in head if v[key]["p"] is not None]),
+                )
+            )
+            for key in ("all", MULTI_HOP)
+        },
         "thresholds": asdict(thresholds),
         "targets": targets(results, seeds, thresholds),
     }
@@ -594,6 +623,14 @@ def markdown(rep: dict) -> str:
             f"reverse on {a['losses']} (p = {a['p']:.2g}); on {MULTI_HOP} questions {h['wins']} / {h['losses']} "
             f"(p = {h['p']:.2g})."
         )
+    paired_seeds = [v for v in rep["memsearcher_vs_react"] if v["all"]["p"] is not None]
+    if len(paired_seeds) > 1:
+        a, h = rep["memsearcher_vs_react_pooled"]["all"], rep["memsearcher_vs_react_pooled"][MULTI_HOP]
+        lines.append(
+            f"- pooled over seeds {', '.join(str(v['seed']) for v in paired_seeds)}, after RL: MemSearcher right "
+            f"where ReAct is wrong on {a['wins']} questions, the reverse on {a['losses']} (p = {a['p']:.2g}); on "
+            f"{MULTI_HOP} questions {h['wins']} / {h['losses']} (p = {h['p']:.2g})."
+        )
     lines += ["", "Targets:", ""]
     lines += [f"- {'met' if t['met'] else '**not met**'}: {t['target']} ({t['numbers']})" for t in rep["targets"]]
     lines += ["", f"`{rep['command']}`"]
@@ -680,8 +717,9 @@ def by_horizon(reps: Dict[int, dict]) -> List[dict]:
     """One row per horizon and arm from each horizon's report: means over its seeds of the
     `MULTI_HOP` EM after SFT and after RL, all-question EM, the costs (prefill and decode tokens
     per `MULTI_HOP` question after RL, learner tokens per trajectory), SFT tokens, the peak
-    context and the arm's wall time; and MemSearcher's cost over ReAct's (of the means), the
-    numbers the paper's efficiency claim is about, side by side for every horizon run."""
+    context and the arm's wall time; and, on MemSearcher's row, its cost over ReAct's (of the
+    means, and the prefill's of each seed both arms ran), the numbers the paper's efficiency claim
+    is about, side by side for every horizon run."""
     rows = []
     for h, rep in sorted(reps.items()):
         here = []
@@ -702,11 +740,17 @@ def by_horizon(reps: Dict[int, dict]) -> List[dict]:
             }
             here.append(row)
         by_arm = {row["arm"]: row for row in here}
-        ms, react = by_arm.get("memsearcher", {}), by_arm.get("react", {})
-        for row in here:
+        ms, react = by_arm.get("memsearcher"), by_arm.get("react")
+        if ms and react:  # the ratios are the horizon's, on MemSearcher's row
             for key in HORIZON_COSTS:
-                m, r = ms.get(key), react.get(key)
-                row[f"{key}_ratio"] = m / r if m is not None and r else None
+                m, r = ms[key], react[key]
+                ms[f"{key}_ratio"] = m / r if m is not None and r else None
+            # the target asks for every seed: each seed's own prefill ratio beside the mean's
+            of, arms = HORIZON_COSTS["prefill"], rep["arms"]
+            m_by, r_by = ({r["seed"]: of(r) for r in arms[a]["runs"]} for a in ("memsearcher", "react"))
+            ms["prefill_ratio_by_seed"] = {
+                s: m_by[s] / r_by[s] for s in sorted(m_by.keys() & r_by.keys()) if m_by[s] is not None and r_by[s]
+            }
         rows += here
     return rows
 
@@ -722,6 +766,7 @@ def horizons_markdown(data: dict) -> str:
         f"decode / {MULTI_HOP} question",
         "learner tokens / trajectory",
         "MemSearcher / ReAct: prefill, decode, learner",
+        "prefill ratio by seed",
         "SFT tokens (M)",
         "peak context",
         "min / arm",
@@ -736,7 +781,8 @@ def horizons_markdown(data: dict) -> str:
             _num(r["prefill"]),
             _num(r["decode"]),
             _num(r["learner"]),
-            ", ".join(_num(r[f"{key}_ratio"], ".2f") for key in HORIZON_COSTS),
+            ", ".join(_num(r[f"{key}_ratio"], ".2f") for key in HORIZON_COSTS) if "prefill_ratio" in r else "",
+            ", ".join(f"{s}: {x:.2f}" for s, x in r.get("prefill_ratio_by_seed", {}).items()),
             _num(None if r["sft_tokens"] is None else r["sft_tokens"] / 1e6, ".2f"),
             _num(r["peak_context"], "d"),
             f"{r['wall_min']:.1f}",

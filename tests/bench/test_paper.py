@@ -199,6 +199,15 @@ def test_records_merge_seeds_whose_run_dirs_are_gone(tmp_path):
     vs0, vs1 = rep["memsearcher_vs_react"]
     assert vs0["all"] == {"wins": 4, "losses": 0, "p": 0.125} and vs0["bridge"]["wins"] == 2
     assert vs1["all"] == {"wins": 3, "losses": 0, "p": 0.25}
+    # and the head-to-head pooled over the seeds: 7 wins, no loss
+    pooled = rep["memsearcher_vs_react_pooled"]
+    assert pooled["all"] == {"wins": 7, "losses": 0, "p": 2 / 2**7}
+    assert pooled["bridge"]["wins"] == vs0["bridge"]["wins"] + vs1["bridge"]["wins"]
+    text = (second / "paper.md").read_text()
+    assert (
+        "- pooled over seeds 0, 1, after RL: MemSearcher right where ReAct is wrong on 7 questions, the reverse on 0 (p = 0.016)"
+        in text
+    )
 
 
 def test_a_record_without_answers_is_reported_unpaired_and_a_bad_one_is_named(tmp_path, capsys):
@@ -373,15 +382,19 @@ def test_horizons_run_in_their_own_folders_and_are_compared_side_by_side(tmp_pat
     rows = json.loads((out / "paper_horizons.json").read_text())["horizons"]
     assert [(r["hops"], r["arm"]) for r in rows] == [(2, "memsearcher"), (2, "react"), (4, "memsearcher"), (4, "react")]
     assert rows[2]["em_sft"] == 0.0 and rows[2]["em_rl"] == 100.0  # its three bridges, 0 -> 3
-    assert [r["prefill_ratio"] for r in rows] == [2000 / 3000, 2000 / 3000, 0.5, 0.5]
-    assert [r["decode_ratio"] for r in rows] == [None, None, 3.0, 3.0]  # the 2-hop runs did not record it
-    assert [r["learner_ratio"] for r in rows] == [1.0, 1.0, 2.0, 2.0]
+    ms_rows = rows[0::2]  # the ratios are on MemSearcher's row only
+    assert [r["prefill_ratio"] for r in ms_rows] == [2000 / 3000, 0.5]
+    assert [r["prefill_ratio_by_seed"] for r in ms_rows] == [{"0": 2000 / 3000}, {"0": 0.5}]
+    assert [r["decode_ratio"] for r in ms_rows] == [None, 3.0]  # the 2-hop runs did not record it
+    assert [r["learner_ratio"] for r in ms_rows] == [1.0, 2.0]
+    assert not any("prefill_ratio" in r for r in rows[1::2])
     assert [r["sft_tokens"] for r in rows] == [None, None, 13_500_000, 12_000_000]
     text = (out / "paper_horizons.md").read_text()
-    row = "| 4 | memsearcher | 0 | 0.0 -> **100.0** | 0.0 -> **83.3** | 1,500 | 600 | 1,500 | 0.50, 3.00, 2.00 | 13.50 | 900 | 20.0 |"
+    row = "| 4 | memsearcher | 0 | 0.0 -> **100.0** | 0.0 -> **83.3** | 1,500 | 600 | 1,500 | 0.50, 3.00, 2.00 | 0: 0.50 | 13.50 | 900 | 20.0 |"
     assert row in text
+    assert "| 2 | react | 0 | 33.3 -> **33.3** | 16.7 -> **50.0** | 3,000 | - | 750 |  |  | - | 900 | 20.0 |" in text
     assert (
-        "| 2 | react | 0 | 33.3 -> **33.3** | 16.7 -> **50.0** | 3,000 | - | 750 | 0.67, -, 1.00 | - | 900 | 20.0 |"
+        "| 2 | memsearcher | 0 | 33.3 -> **66.7** | 16.7 -> **66.7** | 2,000 | - | 750 | 0.67, -, 1.00 | 0: 0.67 |"
         in text
     )
     # each horizon's own report has the decode and SFT tokens of its arms
@@ -444,7 +457,7 @@ def test_with_hops_react_trains_for_memsearchers_sft_tokens_on_the_demonstration
     for arm in ("memsearcher", "react"):
         demos = tmp_path / "h3" / arm / "s0" / "sft" / "demos.jsonl"
         tokens[arm] = sum(len(json.loads(line)["input_ids"]) for line in demos.read_text().splitlines())
-        assert json.loads((demos.parent / "demos_stats.json").read_text())["questions"] > 0
+        assert json.loads((demos.parent / "demos_stats.json").read_text())["tokens"] == tokens[arm]
     assert tokens["memsearcher"] > 2 * tokens["react"]  # a row a turn against a row a question
     epochs = round(3 * tokens["memsearcher"] / tokens["react"])  # the paper recipe's 3 for MemSearcher
     assert calls["react"][-1] == f"learner.sft.epochs={epochs}" and epochs != 6
@@ -457,3 +470,20 @@ def test_with_hops_react_trains_for_memsearchers_sft_tokens_on_the_demonstration
     assert main([*argv, "--arm-set", "react:learner.sft.epochs=2"]) == 0
     assert calls["react"][-1] == "learner.sft.epochs=2"
     assert not (tmp_path / "b" / "h3" / "memsearcher").exists()
+
+
+def test_sft_tokens_are_the_stats_train_wrote_and_counted_only_for_older_runs(tmp_path):
+    """`areal-mem train` counts the demonstrations' tokens as it writes them (`demos_stats.json`):
+    the bench reads that count instead of the file; a run written before the count is counted."""
+    from benchmarks.harness.paper import sft_tokens
+
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "demos.jsonl").write_text("".join(json.dumps({"input_ids": [1] * n}) + "\n" for n in (3, 4)))
+    (tmp_path / "train_config.yaml").write_text("learner:\n  sft:\n    epochs: 2\n")
+    assert sft_tokens(str(tmp_path)) == 14  # no stats: counted, 2 epochs of 7
+    (tmp_path / "sft" / "demos_stats.json").write_text(json.dumps({"questions": 2, "rows": 2}))
+    assert sft_tokens(str(tmp_path)) == 14  # stats from before the count
+    (tmp_path / "sft" / "demos_stats.json").write_text(json.dumps({"questions": 2, "rows": 2, "tokens": 100}))
+    assert sft_tokens(str(tmp_path)) == 200  # the count train wrote
+    (tmp_path / "sft" / "demos.jsonl").unlink()
+    assert sft_tokens(str(tmp_path)) is None  # no demonstrations, no SFT tokens

@@ -49,6 +49,7 @@ def test_oracle_demonstrations_are_correct_sft_rows(world_dir, tiny_model_dir, r
     assert stats["questions"] == 12 and stats["em"] == 1.0 and stats["reward"] == 1.0
     rows = [json.loads(line) for line in open(out)]
     assert len(rows) == stats["rows"] > 12  # multi-hop questions take several contexts
+    assert stats["tokens"] == sum(len(r["input_ids"]) for r in rows)  # one SFT epoch's context tokens
     assert sum(r["is_final"] for r in rows) == 12
     for r in rows:
         assert r["versions"] == [0 if m else -1 for m in r["loss_mask"]]
