@@ -191,9 +191,8 @@ class ChainSpec:
 def chain_specs(hops: int, chains: Optional[Sequence[str]] = None) -> List[ChainSpec]:
     """Every chain of `hops` hops whose last two hops are a BRIDGE chain (only those named in
     `chains`, `kind.link.attr`, when given), sorted by name: the links before them are any path
-    through LINKS that ends at the kind the BRIDGE chain starts from."""
-    if not MIN_HOPS <= hops <= MAX_HOPS:
-        raise ValueError(f"world.hops must be in [{MIN_HOPS}, {MAX_HOPS}], got {hops}")
+    through LINKS that ends at the kind the BRIDGE chain starts from (`build_world` checks
+    `hops` against MIN_HOPS and MAX_HOPS)."""
     specs = [
         ChainSpec(k, (link,), attr) for (k, link, attr) in BRIDGE if chains is None or f"{k}.{link}.{attr}" in chains
     ]
