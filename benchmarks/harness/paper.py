@@ -691,7 +691,8 @@ def run(args: argparse.Namespace) -> int:
             found = [str(e)]
         problems += [f"{h} hops: {p}" for p in found]
     if reps:
-        data = {"command": command_line(), "horizons": by_horizon(reps)}
+        rows = by_horizon(reps)
+        data = {"command": command_line(), "horizons": rows, "crossing": prefill_crossing(rows)}
         text = horizons_markdown(data)
         print(text)
         write_report([args.run_dir, args.report_dir], f"{args.name}_horizons", data, text)
@@ -755,6 +756,18 @@ def by_horizon(reps: Dict[int, dict]) -> List[dict]:
     return rows
 
 
+def prefill_crossing(rows: List[dict]) -> Optional[dict]:
+    """Where MemSearcher's prefill per `MULTI_HOP` question falls below ReAct's: the first two
+    measured horizons whose mean ratios lie on both sides of 1, and the hop count between them
+    where the straight line through the two ratios is 1 (an estimate: the cost model's curve
+    bends, and a horizon trained in between is the measurement); None if it does not cross."""
+    points = [(r["hops"], r["prefill_ratio"]) for r in rows if r.get("prefill_ratio") is not None]
+    for (h1, r1), (h2, r2) in zip(points, points[1:]):
+        if r1 >= 1 > r2:
+            return {"between": [h1, h2], "hops": h1 + (r1 - 1) / (r1 - r2) * (h2 - h1)}
+    return None
+
+
 def horizons_markdown(data: dict) -> str:
     heads = [
         "hops",
@@ -795,8 +808,21 @@ def horizons_markdown(data: dict) -> str:
         "",
         markdown_table(heads, rows),
         "",
-        f"`{data['command']}`",
     ]
+    cross = data.get("crossing")
+    if cross:
+        (h1, h2), at = cross["between"], cross["hops"]
+        lines += [
+            f"MemSearcher's prefill per {MULTI_HOP} question falls below ReAct's between {h1} and {h2} hops: at "
+            f"{at:.1f} hops on the straight line through the two mean ratios (a horizon trained in between measures it).",
+            "",
+        ]
+    else:
+        ratios = [r["prefill_ratio"] for r in data["horizons"] if r.get("prefill_ratio") is not None]
+        if ratios:
+            where = "at every horizon measured" if max(ratios) < 1 else "nowhere in the horizons measured"
+            lines += [f"MemSearcher's prefill per {MULTI_HOP} question is below ReAct's {where}.", ""]
+    lines.append(f"`{data['command']}`")
     return "\n".join(lines) + "\n"
 
 

@@ -397,6 +397,7 @@ def test_horizons_run_in_their_own_folders_and_are_compared_side_by_side(tmp_pat
         "| 2 | memsearcher | 0 | 33.3 -> **66.7** | 16.7 -> **66.7** | 2,000 | - | 750 | 0.67, -, 1.00 | 0: 0.67 |"
         in text
     )
+    assert "prefill per bridge question is below ReAct's at every horizon measured" in text
     # each horizon's own report has the decode and SFT tokens of its arms
     h4 = (out / "paper_h4.md").read_text()
     assert "| memsearcher | 0 | 1.50 -> 1.50 | 1,500 | 1,800 | 1,000 | 1,433 | 600 | 400 | 900 | 400 / 650 |" in h4
@@ -487,3 +488,20 @@ def test_sft_tokens_are_the_stats_train_wrote_and_counted_only_for_older_runs(tm
     assert sft_tokens(str(tmp_path)) == 200  # the count train wrote
     (tmp_path / "sft" / "demos.jsonl").unlink()
     assert sft_tokens(str(tmp_path)) is None  # no demonstrations, no SFT tokens
+
+
+def test_the_prefill_crossing_is_read_between_the_two_horizons_around_it():
+    from benchmarks.harness.paper import prefill_crossing
+
+    def rows(*points):
+        out = []
+        for h, ratio in points:
+            out += [{"hops": h, "arm": "memsearcher", "prefill_ratio": ratio}, {"hops": h, "arm": "react"}]
+        return out
+
+    cross = prefill_crossing(rows((2, 1.21), (3, 1.08), (6, 0.78)))
+    assert cross["between"] == [3, 6] and cross["hops"] == pytest.approx(3.8)
+    assert prefill_crossing(rows((2, 1.2), (4, 1.0), (6, 0.8)))["hops"] == 4.0  # equal at 4: it crosses there
+    assert prefill_crossing(rows((2, 1.2), (3, 1.1))) is None  # still above
+    assert prefill_crossing(rows((2, 0.9), (3, 0.8))) is None  # below from the start: no crossing measured
+    assert prefill_crossing(rows((3, 1.1), (4, None), (6, 0.8)))["between"] == [3, 6]  # a run without the number
