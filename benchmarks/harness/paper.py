@@ -756,12 +756,17 @@ def by_horizon(reps: Dict[int, dict]) -> List[dict]:
     return rows
 
 
+def _prefill_points(rows: List[dict]) -> List[Tuple[int, float]]:
+    """(hops, MemSearcher's prefill over ReAct's) of every horizon where both arms recorded it."""
+    return [(r["hops"], r["prefill_ratio"]) for r in rows if r.get("prefill_ratio") is not None]
+
+
 def prefill_crossing(rows: List[dict]) -> Optional[dict]:
     """Where MemSearcher's prefill per `MULTI_HOP` question falls below ReAct's: the first two
     measured horizons whose mean ratios lie on both sides of 1, and the hop count between them
     where the straight line through the two ratios is 1 (an estimate: the cost model's curve
     bends, and a horizon trained in between is the measurement); None if it does not cross."""
-    points = [(r["hops"], r["prefill_ratio"]) for r in rows if r.get("prefill_ratio") is not None]
+    points = _prefill_points(rows)
     for (h1, r1), (h2, r2) in zip(points, points[1:]):
         if r1 >= 1 > r2:
             return {"between": [h1, h2], "hops": h1 + (r1 - 1) / (r1 - r2) * (h2 - h1)}
@@ -818,9 +823,16 @@ def horizons_markdown(data: dict) -> str:
             "",
         ]
     else:
-        ratios = [r["prefill_ratio"] for r in data["horizons"] if r.get("prefill_ratio") is not None]
-        if ratios:
-            where = "at every horizon measured" if max(ratios) < 1 else "nowhere in the horizons measured"
+        points = _prefill_points(data["horizons"])
+        below, above = [str(h) for h, x in points if x < 1], [str(h) for h, x in points if x >= 1]
+        if points:
+            where = (
+                "nowhere in the horizons measured"
+                if not below
+                else "at every horizon measured"
+                if not above
+                else f"at {', '.join(below)} hops, not at {', '.join(above)}"
+            )
             lines += [f"MemSearcher's prefill per {MULTI_HOP} question is below ReAct's {where}.", ""]
     lines.append(f"`{data['command']}`")
     return "\n".join(lines) + "\n"

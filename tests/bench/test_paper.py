@@ -491,12 +491,15 @@ def test_sft_tokens_are_the_stats_train_wrote_and_counted_only_for_older_runs(tm
 
 
 def test_the_prefill_crossing_is_read_between_the_two_horizons_around_it():
-    from benchmarks.harness.paper import prefill_crossing
+    from benchmarks.harness.paper import horizons_markdown, prefill_crossing
 
     def rows(*points):
         out = []
         for h, ratio in points:
-            out += [{"hops": h, "arm": "memsearcher", "prefill_ratio": ratio}, {"hops": h, "arm": "react"}]
+            row = {"hops": h, "seeds": [0], "em_sft": 0.0, "em_rl": 0.0, "all_sft": 0.0, "all_rl": 0.0}
+            row.update(prefill=None, decode=None, learner=None, sft_tokens=None, peak_context=0, wall_min=1.0)
+            out += [{**row, "arm": "memsearcher", "prefill_ratio": ratio, "decode_ratio": None, "learner_ratio": None}]
+            out += [{**row, "arm": "react"}]
         return out
 
     cross = prefill_crossing(rows((2, 1.21), (3, 1.08), (6, 0.78)))
@@ -505,3 +508,11 @@ def test_the_prefill_crossing_is_read_between_the_two_horizons_around_it():
     assert prefill_crossing(rows((2, 1.2), (3, 1.1))) is None  # still above
     assert prefill_crossing(rows((2, 0.9), (3, 0.8))) is None  # below from the start: no crossing measured
     assert prefill_crossing(rows((3, 1.1), (4, None), (6, 0.8)))["between"] == [3, 6]  # a run without the number
+    # said in the horizons' report, also where it does not cross
+    data = {"command": "x", "horizons": rows((2, 0.9), (4, 1.1))}
+    assert "below ReAct's at 2 hops, not at 4." in horizons_markdown({**data, "crossing": None})
+    data = {"command": "x", "horizons": rows((2, 1.2), (4, 1.1))}
+    assert "below ReAct's nowhere in the horizons measured." in horizons_markdown({**data, "crossing": None})
+    data = {"command": "x", "horizons": rows((3, 1.08), (6, 0.78))}
+    text = horizons_markdown({**data, "crossing": prefill_crossing(data["horizons"])})
+    assert "falls below ReAct's between 3 and 6 hops: at 3.8 hops" in text
