@@ -814,7 +814,7 @@ def horizons_markdown(data: dict) -> str:
         markdown_table(heads, rows),
         "",
     ]
-    cross = data.get("crossing")
+    cross = prefill_crossing(data["horizons"])  # derived here too: the markdown needs only the rows
     if cross:
         (h1, h2), at = cross["between"], cross["hops"]
         lines += [

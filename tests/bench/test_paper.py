@@ -510,9 +510,9 @@ def test_the_prefill_crossing_is_read_between_the_two_horizons_around_it():
     assert prefill_crossing(rows((3, 1.1), (4, None), (6, 0.8)))["between"] == [3, 6]  # a run without the number
     # said in the horizons' report, also where it does not cross
     data = {"command": "x", "horizons": rows((2, 0.9), (4, 1.1))}
-    assert "below ReAct's at 2 hops, not at 4." in horizons_markdown({**data, "crossing": None})
+    assert "below ReAct's at 2 hops, not at 4." in horizons_markdown(data)
     data = {"command": "x", "horizons": rows((2, 1.2), (4, 1.1))}
-    assert "below ReAct's nowhere in the horizons measured." in horizons_markdown({**data, "crossing": None})
+    assert "below ReAct's nowhere in the horizons measured." in horizons_markdown(data)
     data = {"command": "x", "horizons": rows((3, 1.08), (6, 0.78))}
-    text = horizons_markdown({**data, "crossing": prefill_crossing(data["horizons"])})
+    text = horizons_markdown(data)
     assert "falls below ReAct's between 3 and 6 hops: at 3.8 hops" in text
