@@ -109,6 +109,23 @@ def test_eval_bad_method_and_data_fail_cleanly(world_dir, tiny_model_dir, tmp_pa
     assert f"{bad}:1: 'golden_answers' must be a non-empty list" in capsys.readouterr().err
 
 
+def test_eval_refuses_a_dead_server_by_key(world_dir, tiny_model_dir, retriever_url, tmp_path, capsys):
+    """A url left from a finished run (its config.yaml) is refused by key before the first
+    question, not retried into a traceback; a live one passes the check."""
+    from areal_mem.net import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    base = ["eval", "--quiet", "--limit", "2", f"model.path={tiny_model_dir}", f"world.dir={world_dir}"]
+    base.append(f"run_dir={tmp_path}")
+    assert main([*base, f"generator.urls=[{dead}]", f"retriever.urls=[{retriever_url}]"]) == 2
+    err = capsys.readouterr().err
+    assert f"config error: generator.urls[0]={dead}: nothing answers there (Connection refused)" in err
+    assert "Traceback" not in err
+    assert main([*base, f"retriever.urls=[{retriever_url},{dead}]"]) == 2
+    assert f"retriever.urls[1]={dead}: nothing answers there" in capsys.readouterr().err
+    assert not (tmp_path / "eval").exists()  # refused before any question ran
+
+
 def test_eval_through_an_openai_compatible_server(world_dir, tiny_model_dir, retriever_url, tmp_path):
     """`generator.api=openai`: `areal-mem eval` drives any OpenAI-compatible `/v1/completions` (here
     the embedded server's); greedy answers equal the native API's. Training refuses the API."""

@@ -3,7 +3,8 @@
 With no `generator.urls`, the generator of `generator.backend` is started from
 `model.path`; with no `retriever.urls`, an index over the world's corpus is
 built in `retriever.index_dir` (unless one is there) and served, unless the searches are
-replayed from tapes only (`rollout.replay_tools` without `replay_fallback`).
+replayed from tapes only (`rollout.replay_tools` without `replay_fallback`). Configured urls are
+checked to answer before the first question.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import logging
 import os
 from typing import Iterator, List, Tuple
 
-from areal_mem.config import RunConfig
+from areal_mem.config import ConfigError, RunConfig
+from areal_mem.net import unreachable
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +24,10 @@ log = logging.getLogger(__name__)
 def eval_services(cfg: RunConfig) -> Iterator[Tuple[List[str], List[str]]]:
     """Yield (generator urls, retriever urls); servers started here are stopped on exit."""
     with contextlib.ExitStack() as stack:
-        gen_urls = list(cfg.generator.urls) or _start_generators(cfg, stack)
+        gen_urls = _answering("generator.urls", cfg.generator.urls) or _start_generators(cfg, stack)
         replay_only = bool(cfg.rollout.replay_tools) and not cfg.rollout.replay_fallback
-        ret_urls = list(cfg.retriever.urls) or ([] if replay_only else _start_retriever(cfg, stack))
+        ret_urls = _answering("retriever.urls", cfg.retriever.urls)
+        ret_urls = ret_urls or ([] if replay_only else _start_retriever(cfg, stack))
         yield gen_urls, ret_urls
 
 
@@ -32,7 +35,20 @@ def eval_services(cfg: RunConfig) -> Iterator[Tuple[List[str], List[str]]]:
 def retriever_service(cfg: RunConfig) -> Iterator[List[str]]:
     """Yield the retriever urls, starting one over the world's corpus when none is configured."""
     with contextlib.ExitStack() as stack:
-        yield list(cfg.retriever.urls) or _start_retriever(cfg, stack)
+        yield _answering("retriever.urls", cfg.retriever.urls) or _start_retriever(cfg, stack)
+
+
+def _answering(key: str, urls: List[str]) -> List[str]:
+    """`urls`, each checked to answer: a dead one is named by its key, with the usual cause."""
+    for i, url in enumerate(urls):
+        why = unreachable(url)
+        if why is not None:
+            raise ConfigError(
+                f"{key}[{i}]={url}: nothing answers there ({why}). Start that server, or leave {key} "
+                "empty and one is started here; a run dir's config.yaml keeps the addresses of its "
+                "RL stage's services, gone when the run ended (its train_config.yaml has none)"
+            )
+    return list(urls)
 
 
 def _start_generators(cfg: RunConfig, stack: contextlib.ExitStack) -> List[str]:
