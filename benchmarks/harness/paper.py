@@ -10,7 +10,9 @@ model (one seed builds both), the same SFT recipe, RL steps, groups and token li
 finished arm is read, not rerun, so the bench can run one seed per invocation and merge. With
 `--records DIR` each finished arm also leaves a record there (its evaluations, costs and the
 per-question answers the sign tests pair, tens of KB), and every record found there is reported:
-seeds run in different sessions or on different machines merge without their run dirs.
+seeds run in different sessions or on different machines merge without their run dirs. With
+`--rl-from DIR` each run starts from the SFT of the same arm and seed under DIR (`rl_from`): more
+RL steps on the same warm start, at the cost of the RL alone.
 
 The report: EM and F1 by question type after SFT and after RL, for both workflows and every
 seed; searches per question; generator prefill tokens per question (the prompts of every
@@ -37,6 +39,7 @@ from areal_mem.jsonl import iter_jsonl
 from .arms import DEFAULT_CONFIG, parse_ints
 from .output import PROG, command_line, markdown_table, new_figure, save_figure, write_report
 from .paired import fixed_broken, pooled, read_typed, sign_test_p
+from .rl_from import start_from
 from .seeds import finished, finished_seeds, read_summary, train_run
 
 HELP = "MemSearcher vs ReAct trained alike on multi-hop questions: EM by type, cost, sign tests (per seed)"
@@ -144,6 +147,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated horizons: every bridge question of the world has this many hops (world.hops, with "
         "the turn and token limits of horizon_overrides); runs, records and reports go under h<hops>/ and a table "
         "compares the horizons. Default: the recipe's world, in --run-dir itself",
+    )
+    parser.add_argument(
+        "--rl-from",
+        default="",
+        metavar="DIR",
+        help="start each run from the same arm and seed's run under DIR (DIR/h<hops> with --hops): its world, "
+        "model, index, demonstrations, SFT model and start evaluation are linked in, and only RL and the final "
+        "evaluation run (e.g. learner.steps=200 against DIR's 100 steps of the same SFT)",
     )
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override for every run")
 
@@ -664,6 +675,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"{PROG} paper: --seeds and --arms must name at least one each")
     # the defaults apply to the arms that run; a given --arm-set for an arm not run is a mistake
     arm_sets = [x for x in ARM_SETS if x.partition(":")[0] in arms] if args.arm_set is None else args.arm_set
+    if args.rl_from and os.path.abspath(args.rl_from) == os.path.abspath(args.run_dir):
+        raise SystemExit(f"{PROG} paper: --rl-from {args.rl_from} is --run-dir: its runs are the ones to start from")
     horizons = parse_ints(args.hops) if args.hops else []
     if not horizons:  # the recipe's own world, in --run-dir itself (the layout of every report so far)
         rep, problems = run_horizon(args, configs, seeds, arms, arm_overrides(arms, args.overrides, arm_sets))
@@ -684,6 +697,7 @@ def run(args: argparse.Namespace) -> int:
         where = argparse.Namespace(**vars(args))
         where.run_dir = os.path.join(args.run_dir, f"h{h}")
         where.records = os.path.join(args.records, f"h{h}") if args.records else ""
+        where.rl_from = os.path.join(args.rl_from, f"h{h}") if args.rl_from else ""
         where.name = f"{args.name}_h{h}"
         try:
             reps[h], found = run_horizon(where, configs, seeds, arms, per_arm, equal_sft)
@@ -860,6 +874,12 @@ def run_horizon(
     tokens), then report every finished run and kept record there: the report and the problems
     (failed runs, records of another world)."""
     failed = []
+    if args.rl_from and not args.collect_only:  # every arm first: ReAct's SFT epochs read MemSearcher's demonstrations
+        for seed in seeds:
+            for arm in arms:
+                run_dir = os.path.join(args.run_dir, arm, f"s{seed}")
+                if not finished(run_dir):
+                    start_from(os.path.join(args.rl_from, arm, f"s{seed}"), run_dir)
     for seed in seeds:
         for arm in arms:
             run_dir = os.path.join(args.run_dir, arm, f"s{seed}")
