@@ -39,7 +39,7 @@ from areal_mem.jsonl import iter_jsonl
 from .arms import DEFAULT_CONFIG, parse_ints
 from .output import PROG, command_line, markdown_table, new_figure, save_figure, write_report
 from .paired import fixed_broken, pooled, read_typed, sign_test_p
-from .rl_from import start_from
+from .rl_from import check_same_start, run_config, start_from
 from .seeds import finished, finished_seeds, read_summary, train_run
 
 HELP = "MemSearcher vs ReAct trained alike on multi-hop questions: EM by type, cost, sign tests (per seed)"
@@ -888,6 +888,9 @@ def run_horizon(
             overrides = per_arm[arm]
             if equal_sft and arm == "react":
                 overrides = [*overrides, f"learner.sft.epochs={equal_sft_epochs(configs, args.run_dir, seed, per_arm)}"]
+            if args.rl_from:
+                resolved = run_config(configs, [f"run_dir={run_dir}", f"seed={seed}", *overrides])
+                check_same_start(os.path.join(args.rl_from, arm, f"s{seed}"), resolved)
             try:
                 train_run(configs, run_dir, seed, overrides, f"{arm} seed {seed}")
             except SystemExit as e:  # the other runs go on, and the report has what finished

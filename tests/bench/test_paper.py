@@ -521,40 +521,68 @@ def test_the_prefill_crossing_is_read_between_the_two_horizons_around_it():
 def test_rl_from_trains_only_rl_on_the_sft_of_another_run(tmp_path, monkeypatch):
     """--rl-from: each run gets the same arm and seed's world, model, index, demonstrations, SFT
     model and start evaluation (linked, not copied), and its stage times up to them, so that
-    `areal-mem train` skips to RL; ReAct's SFT epochs are counted on the same demonstrations."""
+    `areal-mem train` builds, writes and evaluates none of them again; ReAct's SFT epochs are
+    counted on the same demonstrations; a run whose SFT or start evaluation would differ from
+    the source's is refused by key."""
+    import areal_mem.app.tiny_model
+    import areal_mem.app.world
+    import areal_mem.retriever.build
     import benchmarks.harness.paper as paper
     from areal_mem.app.train import TrainPipeline
     from areal_mem.config import load_run, save_resolved
     from benchmarks.harness.paper import horizon_overrides, recipe_files
 
+    configs = recipe_files(paper.argparse.Namespace(config=None))
     small = ["world.passages=300", "world.questions=60", "retriever.kind=bm25"]
     src = tmp_path / "rl100"
-    for arm in ("memsearcher", "react"):  # a finished 100-step arm: its stages up to the start evaluation
+
+    def source(arm, *more):  # a finished 100-step arm's stages up to its start evaluation
         run = src / "h3" / arm / "s0"
-        overrides = [f"run_dir={run}", "seed=0", f"rollout.workflow={arm}", *horizon_overrides(3), *small]
-        pipe = TrainPipeline(load_run(recipe_files(paper.argparse.Namespace(config=None)), overrides), evaluate=False)
+        overrides = [f"run_dir={run}", "seed=0", f"rollout.workflow={arm}", f"eval.method={arm}"]
+        return run, TrainPipeline(load_run(configs, [*overrides, *horizon_overrides(3), *small, *more]), evaluate=False)
+
+    for arm in ("memsearcher", "react"):
+        run, pipe = source(arm)
         pipe.prepare()
         pipe.demonstrations()
         (run / "sft" / "model").mkdir()
         (run / "sft" / "model" / "config.json").write_text("{}")
         (run / "eval" / "start").mkdir(parents=True)
-        (run / "eval" / "start" / "summary.json").write_text('{"em": 10.0}')
+        (run / "eval" / "start" / "summary.json").write_text(json.dumps({"em": 10.0, "questions": 12, "mean_turns": 2.0}))
         stages = {"prepare": 1.0, "demos": 2.0, "sft": 600.0, "eval-start": 60.0, "rl": 300.0}
         (run / "stage_s.json").write_text(json.dumps({**stages, "rl_failed": 5.0, "eval-final": 60.0}))
+    ms_tokens, react_tokens = (paper.epoch_tokens(str(src / "h3" / a / "s0")) for a in ("memsearcher", "react"))
+    react_epochs = round(3 * ms_tokens / react_tokens)  # as the bench trained the source
+    source("react", f"learner.sft.epochs={react_epochs}")  # its train_config.yaml says so
+
+    def never(*args, **kwargs):
+        raise AssertionError("a stage the source did ran again")
+
+    for module, name in (
+        (areal_mem.app.world, "build_world"),
+        (areal_mem.app.tiny_model, "init_model"),
+        (areal_mem.retriever.build, "build_index"),
+        (TrainPipeline, "_run"),  # every stage in a child process (SFT, the evaluations)
+    ):
+        monkeypatch.setattr(module, name, never)
     seen = {}
     train = [{"kind": "train", "context_tokens": 300.0, "contexts": 2.5, "trajectories": 10, "step_s": 1.5}]
+    shared = ["world/manifest.json", "model/config.json", "index/manifest.json", "sft/demos.jsonl"]
+    shared += ["sft/model/config.json", "eval/start/summary.json"]
 
     def fake_train(configs, run_dir, seed, overrides, label):
         arm = os.path.basename(os.path.dirname(run_dir))
         cfg = load_run(configs, [f"run_dir={run_dir}", f"seed={seed}", *overrides])
         pipe = TrainPipeline(cfg)
-        pipe.prepare()  # the linked world passes the built-world check
+        pipe.prepare()  # the linked world, model and index pass their checks and are not built
         seen[arm] = {
-            "warm_start": pipe.warm_start(),  # found, not trained: no SFT process starts
+            "warm_start": pipe.warm_start(),  # found, not trained
+            "start_em": pipe.eval(pipe.warm_start(), "start")["em"],  # found, not evaluated
             "stages": pipe.results["stage_s"],
             "overrides": overrides,
-            "same_inode": os.stat(os.path.join(run_dir, "sft", "demos.jsonl")).st_ino
-            == os.stat(src / "h3" / arm / "s0" / "sft" / "demos.jsonl").st_ino,
+            "linked": [
+                os.stat(os.path.join(run_dir, p)).st_ino == os.stat(src / "h3" / arm / "s0" / p).st_ino for p in shared
+            ],
         }
         # what the rest of the run leaves, on the world it has (ReAct's epochs read MemSearcher's after)
         _run(tmp_path / "scratch", arm, seed, [0] * 6, [1] * 6, PREFILL_MS, train)
@@ -565,20 +593,23 @@ def test_rl_from_trains_only_rl_on_the_sft_of_another_run(tmp_path, monkeypatch)
         save_resolved(cfg, os.path.join(run_dir, "train_config.yaml"))
 
     monkeypatch.setattr(paper, "train_run", fake_train)
-    argv = ["paper", "--hops", "3", "--seeds", "0", "--run-dir", str(tmp_path / "rl200"), *small, "learner.steps=200"]
-    assert main([*argv, "--rl-from", str(src)]) == 0
+    argv = ["paper", "--hops", "3", "--seeds", "0", "--rl-from", str(src)]
+    assert main([*argv, "--run-dir", str(tmp_path / "rl200"), *small, "learner.steps=200"]) == 0
     assert set(seen) == {"memsearcher", "react"}
     for arm, got in seen.items():
         run = tmp_path / "rl200" / "h3" / arm / "s0"
-        assert got["warm_start"] == str(run / "sft" / "model") and got["same_inode"]
+        assert got["warm_start"] == str(run / "sft" / "model") and got["start_em"] == 10.0
+        assert got["linked"] == [True] * len(shared)
         assert got["stages"] == {"prepare": 1.0, "demos": 2.0, "sft": 600.0, "eval-start": 60.0}
         assert "learner.steps=200" in got["overrides"]
         assert json.loads((run / "rl_from.json").read_text()) == {"source": str(src / "h3" / arm / "s0")}
-    ms_tokens, react_tokens = (paper.epoch_tokens(str(src / "h3" / a / "s0")) for a in ("memsearcher", "react"))
-    assert seen["react"]["overrides"][-1] == f"learner.sft.epochs={round(3 * ms_tokens / react_tokens)}"
+    assert seen["react"]["overrides"][-1] == f"learner.sft.epochs={react_epochs}"
+    # another SFT learning rate: the source's SFT would pass for one it did not train
+    with pytest.raises(SystemExit, match="learner.sft.lr: 0.002 there, 0.001 here"):
+        main([*argv, "--run-dir", str(tmp_path / "lr"), *small, "learner.sft.lr=0.001"])
     # a source without its SFT is named with what it lacks; --rl-from is not --run-dir
     shutil.rmtree(src / "h3" / "react" / "s0" / "sft" / "model")
-    with pytest.raises(SystemExit, match=r"rl100/h3/react/s0 lacks sft/model, sft/model/config.json: the run"):
-        main(["paper", "--hops", "3", "--seeds", "0", "--run-dir", str(tmp_path / "c"), "--rl-from", str(src), *small])
+    with pytest.raises(SystemExit, match=r"rl100/h3/react/s0 lacks sft/model/config.json: the run"):
+        main([*argv, "--run-dir", str(tmp_path / "c"), *small])
     with pytest.raises(SystemExit, match="--rl-from .* is --run-dir"):
         main(["paper", "--hops", "3", "--run-dir", str(src), "--rl-from", str(src)])

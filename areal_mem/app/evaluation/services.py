@@ -4,7 +4,7 @@ With no `generator.urls`, the generator of `generator.backend` is started from
 `model.path`; with no `retriever.urls`, an index over the world's corpus is
 built in `retriever.index_dir` (unless one is there) and served, unless the searches are
 replayed from tapes only (`rollout.replay_tools` without `replay_fallback`). Configured urls are
-checked to answer before the first question.
+checked to answer before any server starts (the retriever's not when searches are replayed from tapes alone).
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ log = logging.getLogger(__name__)
 @contextlib.contextmanager
 def eval_services(cfg: RunConfig) -> Iterator[Tuple[List[str], List[str]]]:
     """Yield (generator urls, retriever urls); servers started here are stopped on exit."""
+    replay_only = bool(cfg.rollout.replay_tools) and not cfg.rollout.replay_fallback
+    # checked before any server starts; a replay from tapes alone never asks the retriever
+    gen_urls = _answering("generator.urls", cfg.generator.urls)
+    ret_urls = list(cfg.retriever.urls) if replay_only else _answering("retriever.urls", cfg.retriever.urls)
     with contextlib.ExitStack() as stack:
-        gen_urls = _answering("generator.urls", cfg.generator.urls) or _start_generators(cfg, stack)
-        replay_only = bool(cfg.rollout.replay_tools) and not cfg.rollout.replay_fallback
-        ret_urls = _answering("retriever.urls", cfg.retriever.urls)
+        gen_urls = gen_urls or _start_generators(cfg, stack)
         ret_urls = ret_urls or ([] if replay_only else _start_retriever(cfg, stack))
         yield gen_urls, ret_urls
 
