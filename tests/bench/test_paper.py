@@ -548,7 +548,9 @@ def test_rl_from_trains_only_rl_on_the_sft_of_another_run(tmp_path, monkeypatch)
         (run / "sft" / "model").mkdir()
         (run / "sft" / "model" / "config.json").write_text("{}")
         (run / "eval" / "start").mkdir(parents=True)
-        (run / "eval" / "start" / "summary.json").write_text(json.dumps({"em": 10.0, "questions": 12, "mean_turns": 2.0}))
+        (run / "eval" / "start" / "summary.json").write_text(
+            json.dumps({"em": 10.0, "questions": 12, "mean_turns": 2.0})
+        )
         stages = {"prepare": 1.0, "demos": 2.0, "sft": 600.0, "eval-start": 60.0, "rl": 300.0}
         (run / "stage_s.json").write_text(json.dumps({**stages, "rl_failed": 5.0, "eval-final": 60.0}))
     ms_tokens, react_tokens = (paper.epoch_tokens(str(src / "h3" / a / "s0")) for a in ("memsearcher", "react"))
