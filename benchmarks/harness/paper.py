@@ -18,8 +18,10 @@ The report: EM and F1 by question type after SFT and after RL, for both workflow
 seed; searches per question; generator prefill tokens per question (the prompts of every
 generation request, summed), decode tokens (generated) and learner tokens per trajectory; SFT
 tokens; peak and per-turn context;
-learner seconds per step; paired sign tests over the same questions (RL against SFT per
-workflow, MemSearcher against ReAct after RL); and the targets of the recipe, met or not.
+learner seconds per step; the training reward of the last 20 RL steps against the 20 before
+(whether RL was still learning); paired sign tests over the same questions (RL against SFT per
+workflow, MemSearcher against ReAct after RL, and for a run of `--rl-from` its RL against its
+source's); and the targets of the recipe, met or not.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from areal_mem.jsonl import iter_jsonl
 
 from .arms import DEFAULT_CONFIG, parse_ints
 from .output import PROG, command_line, markdown_table, new_figure, save_figure, write_report
-from .paired import fixed_broken, pooled, read_typed, sign_test_p
-from .rl_from import check_same_start, run_config, start_from
+from .paired import fixed_broken, pooled, read_results, read_typed, sign_test_p
+from .rl_from import check_same_start, run_config, source_of, start_from
 from .seeds import finished, finished_seeds, read_summary, train_run
 
 HELP = "MemSearcher vs ReAct trained alike on multi-hop questions: EM by type, cost, sign tests (per seed)"
@@ -52,6 +54,7 @@ MULTI_HOP = "bridge"  # the question type the targets are about
 # 2.68M), so ReAct's 6 epochs are about MemSearcher's 3 in tokens (16M against 17M) and, with
 # batches of a token budget, in steps
 ARM_SETS = ("react:learner.sft.epochs=6",)
+REWARD_WINDOW = 20  # RL steps: "still learning" is a higher mean training reward in the last 20 than in the 20 before
 
 
 def horizon_overrides(hops: int) -> List[str]:
@@ -237,6 +240,21 @@ def learner_cost(run_dir: str) -> dict:
     }
 
 
+def reward_trend(run_dir: str, window: int = REWARD_WINDOW) -> Optional[dict]:
+    """Whether RL was still learning when it stopped: the mean training reward (each RL batch's
+    mean, in the order `metrics.jsonl` logged them) of the `window` steps before the last
+    `window` and of the last `window`; None for a run of fewer than twice `window` steps."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    rewards = [float(row["reward"]) for _, row in iter_jsonl(path) if row.get("kind") == "train" and "reward" in row]
+    if len(rewards) < 2 * window:
+        return None
+    return {
+        "window": window,
+        "before": statistics.fmean(rewards[-2 * window : -window]),
+        "last": statistics.fmean(rewards[-window:]),
+    }
+
+
 def epoch_tokens(run_dir: str) -> Optional[int]:
     """The context tokens of one epoch of the run's oracle demonstrations, as `areal-mem train`
     counted them when it wrote them (`sft/demos_stats.json`); counted from the file for a run
@@ -325,6 +343,30 @@ def paired(before: Dict[str, float], after: Dict[str, float]) -> dict:
     return {"fixed": fixed, "broken": broken, "p": sign_test_p(fixed, broken)}
 
 
+def against_source(run_dir: str) -> Optional[dict]:
+    """For a run started from another run's SFT (`--rl-from`): that run's RL steps, evaluation
+    after RL and reward trend, and this run's answers after RL paired with its answers after RL
+    (fixed: right here, wrong there), over all questions and over the multi-hop ones: what the
+    RL steps added beyond the source's; None for a run that trained its own SFT. A source that
+    has not finished its RL (or is gone) is named, with nothing to compare."""
+    source = source_of(run_dir)
+    if source is None:
+        return None
+    if not finished(source):
+        print(f"[bench paper] {run_dir} started from {source}, which has no finished RL: nothing to compare")
+        nothing = {"vs_source": dict(NO_PAIR), "vs_source_" + MULTI_HOP: dict(NO_PAIR)}
+        return {"source": source, "steps": None, "rl": None, "reward": None, **nothing}
+    mine, theirs = results_path(run_dir, "final"), results_path(source, "final")
+    return {
+        "source": source,
+        "steps": learner_cost(source)["steps"],
+        "rl": _eval(source, "final"),
+        "reward": reward_trend(source),
+        "vs_source": paired(read_results(theirs), read_results(mine)),
+        "vs_source_" + MULTI_HOP: paired(read_results(theirs, MULTI_HOP), read_results(mine, MULTI_HOP)),
+    }
+
+
 def world_sha256(run_dir: str, summary: dict) -> Optional[Dict[str, str]]:
     """The sha256 of the run's world files (corpus, train, dev, test): the question ids are
     positions in a split (`test_17`), so two runs' answers pair only where their worlds are the
@@ -357,6 +399,10 @@ def same_world(a: dict, b: dict) -> bool:
 def arm_result(run_dir: str, arm: str, seed: int) -> dict:
     summary = read_summary(run_dir)
     ans = answers(run_dir)
+    learner = {**learner_cost(run_dir), "sft_tokens": sft_tokens(run_dir)}
+    source = against_source(run_dir)
+    if source is not None and not learner["sft_steps"]:  # its SFT was the source's, logged there
+        learner["sft_steps"] = learner_cost(source["source"])["sft_steps"]
     return {
         "arm": arm,
         "seed": seed,
@@ -364,7 +410,9 @@ def arm_result(run_dir: str, arm: str, seed: int) -> dict:
         "world": world_sha256(run_dir, summary),
         "stage_s": summary["stage_s"],
         "wall_s": summary["wall_s"],
-        "learner": {**learner_cost(run_dir), "sft_tokens": sft_tokens(run_dir)},
+        "learner": learner,
+        "reward": reward_trend(run_dir),
+        "rl_from": source,
         "sft": _eval(run_dir, "start"),
         "rl": _eval(run_dir, "final"),
         "rl_vs_sft": paired(_ems(ans, 1), _ems(ans, 2)) if ans else dict(NO_PAIR),
@@ -486,6 +534,12 @@ def report(
         runs = [{k: v for k, v in by_seed[s].items() if k != "answers"} for s in seeds if s in by_seed]
         pairs = [(r["rl_vs_sft"]["fixed"], r["rl_vs_sft"]["broken"]) for r in runs if r["rl_vs_sft"]["p"] is not None]
         arms[arm] = {"runs": runs, "pooled_rl_vs_sft": dict(zip(("fixed", "broken", "p"), pooled(pairs)))}
+        sourced = [r["rl_from"] for r in runs if r.get("rl_from") and r["rl_from"]["vs_source"]["p"] is not None]
+        if sourced:  # runs of --rl-from: what their RL added over their sources', over the seeds
+            arms[arm]["pooled_vs_source"] = {
+                key: dict(zip(("fixed", "broken", "p"), pooled([(s[key]["fixed"], s[key]["broken"]) for s in sourced])))
+                for key in ("vs_source", "vs_source_" + MULTI_HOP)
+            }
     head = []
     if "memsearcher" in results and "react" in results:
         for s in seeds:
@@ -523,9 +577,30 @@ def _num(x, fmt: str = ",.0f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _trend(t: Optional[dict]) -> str:
+    return "-" if t is None else f"{t['before']:.3f} -> {t['last']:.3f}"
+
+
+def _source_row(arm: str, r: dict) -> list:
+    """One row of the comparison with the run `r` started from (`against_source`)."""
+    src, rl = r["rl_from"], r["rl"]
+    if src["rl"] is None:
+        return [arm, r["seed"], f"- -> {r['learner']['steps']}", "-", "-", "n/a", "n/a", f"({src['source']}: no RL)"]
+    return [
+        arm,
+        r["seed"],
+        f"{src['steps']} -> {r['learner']['steps']}",
+        f"{_type(src['rl'], MULTI_HOP, 'em'):.1f} -> **{_type(rl, MULTI_HOP, 'em'):.1f}**",
+        f"{src['rl']['em']:.1f} -> **{rl['em']:.1f}**",
+        _pair(src["vs_source"]),
+        _pair(src["vs_source_" + MULTI_HOP]),
+        _trend(src["reward"]),
+    ]
+
+
 def markdown(rep: dict) -> str:
     types = _types(rep)
-    em_rows, f1_rows, chain_rows, cost_rows, train_rows = [], [], [], [], []
+    em_rows, f1_rows, chain_rows, cost_rows, train_rows, source_rows = [], [], [], [], [], []
     for arm, a in rep["arms"].items():
         for r in a["runs"]:
             sft, rl = r["sft"], r["rl"]
@@ -572,9 +647,12 @@ def markdown(rep: dict) -> str:
                     lc["steps"],
                     _num(lc["tokens_per_traj"]),
                     _num(lc["step_s"], ".2f"),
+                    _trend(r.get("reward")),  # absent from records kept before it was
                     f"{st.get('sft', 0) / 60:.1f} / {st.get('rl', 0) / 60:.1f} / {r['wall_s'] / 60:.1f}",
                 ]
             )
+            if r.get("rl_from"):
+                source_rows.append(_source_row(arm, r))
     lines = ["Held-out test EM (%) by question type, after SFT -> after RL (greedy):", ""]
     heads = ["workflow", "seed", *types, "all", "RL vs SFT: fixed / broke", f"on {MULTI_HOP}"]
     lines += [markdown_table(heads, em_rows), "", "F1 (%), after SFT -> after RL:", ""]
@@ -613,14 +691,32 @@ def markdown(rep: dict) -> str:
         "RL steps",
         "learner tokens / trajectory",
         "learner s / step",
+        f"RL reward: {REWARD_WINDOW} steps before the last {REWARD_WINDOW} -> the last",
         "SFT / RL / all min",
     ]
     lines += [markdown_table(heads, train_rows), ""]
+    if source_rows:
+        lines += [
+            "Against the run each started from (`--rl-from`: the same SFT model and start evaluation, then RL of "
+            "its own): RL steps there -> here, EM after RL there -> here, right here and wrong there / the reverse "
+            f"(sign test), and the training reward there ({REWARD_WINDOW} steps before its last {REWARD_WINDOW} -> "
+            "its last; a rise: it was still learning when it stopped):",
+            "",
+        ]
+        heads = ["workflow", "seed", "RL steps", f"{MULTI_HOP} EM", "all EM", "fixed / broke", f"on {MULTI_HOP}"]
+        lines += [markdown_table([*heads, "reward there"], source_rows), ""]
     for arm, a in rep["arms"].items():
         p = a["pooled_rl_vs_sft"]
         lines.append(
             f"- {arm}, pooled over seeds: RL fixed {p['fixed']} answers and broke {p['broken']} (sign test p = {p['p']:.2g})."
         )
+        if "pooled_vs_source" in a:
+            p, h = a["pooled_vs_source"]["vs_source"], a["pooled_vs_source"]["vs_source_" + MULTI_HOP]
+            lines.append(
+                f"- {arm}, pooled over seeds, against the runs they started from: right here and wrong there on "
+                f"{p['fixed']} questions, the reverse on {p['broken']} (p = {p['p']:.2g}); on {MULTI_HOP} questions "
+                f"{h['fixed']} / {h['broken']} (p = {h['p']:.2g})."
+            )
     for v in rep["memsearcher_vs_react"]:
         a, h = v["all"], v[MULTI_HOP]
         if a["p"] is None:

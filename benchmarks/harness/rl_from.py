@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import yaml
 
 from .output import PROG
 
 SFT_MODEL = os.path.join("sft", "model")
+SOURCE_FILE = "rl_from.json"  # in the new run: which run it started from
 # what the stages up to the start evaluation leave in a run dir (`areal_mem.app.train`); the SFT
 # model last, renamed into place whole: its config.json is what marks a run dir as started
 SHARED_DIRS = ("world", "model", "index", os.path.join("eval", "start"))
@@ -74,7 +75,7 @@ def start_from(source: str, run_dir: str) -> bool:
         stages = {k: v for k, v in json.load(f).items() if k.removesuffix("_failed") not in RL_STAGES}
     with open(os.path.join(run_dir, "stage_s.json"), "w", encoding="utf-8") as f:
         json.dump(stages, f)
-    with open(os.path.join(run_dir, "rl_from.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(run_dir, SOURCE_FILE), "w", encoding="utf-8") as f:
         json.dump({"source": os.path.abspath(source)}, f)
     part = os.path.join(run_dir, SFT_MODEL + ".part")  # an interrupted start is begun again
     shutil.rmtree(part, ignore_errors=True)
@@ -82,6 +83,15 @@ def start_from(source: str, run_dir: str) -> bool:
     os.rename(part, os.path.join(run_dir, SFT_MODEL))
     print(f"[bench] {run_dir}: world, model, index, demonstrations, SFT and start evaluation of {source}", flush=True)
     return True
+
+
+def source_of(run_dir: str) -> Optional[str]:
+    """The run dir `run_dir` started from (`start_from`), None for a run that trained its own SFT."""
+    path = os.path.join(run_dir, SOURCE_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return str(json.load(f)["source"])
 
 
 def check_same_start(source: str, run_config: Dict[str, Any]) -> None:

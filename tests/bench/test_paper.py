@@ -154,7 +154,7 @@ def test_collect_reports_both_arms_by_type_with_sign_tests_and_targets(tmp_path,
     assert row + " 2 / 0 (p 0.5) |" in text
     assert "| memsearcher | 0 | 80.0 -> 80.0 | 50.0 -> 75.0 | 33.3 -> 100.0 |" in text  # where bridges were lost
     assert "| react | 0 | 1.50 -> 1.50 | 3,000 | 2,400 | 900 | 2,100 | - | - | 900 | 400 / 650 |" in text
-    assert "| react | 0 | 2 | - | 1 | 750 | 1.50 | 10.0 / 5.0 / 20.0 |" in text
+    assert "| react | 0 | 2 | - | 1 | 750 | 1.50 | - | 10.0 / 5.0 / 20.0 |" in text  # 1 RL step: no reward trend
     assert "**not met**: after RL, MemSearcher's bridge EM at least ReAct's" in text
     assert (out / "paper.png").exists()
     assert "seed 0, after RL: MemSearcher right where ReAct is wrong on 3 questions" in capsys.readouterr().out
@@ -401,7 +401,7 @@ def test_horizons_run_in_their_own_folders_and_are_compared_side_by_side(tmp_pat
     # each horizon's own report has the decode and SFT tokens of its arms
     h4 = (out / "paper_h4.md").read_text()
     assert "| memsearcher | 0 | 1.50 -> 1.50 | 1,500 | 1,800 | 1,000 | 1,433 | 600 | 400 | 900 | 400 / 650 |" in h4
-    assert "| react | 0 | 0 | 12.00 | 1 | 750 | 1.50 | 10.0 / 5.0 / 20.0 |" in h4
+    assert "| react | 0 | 0 | 12.00 | 1 | 750 | 1.50 | - | 10.0 / 5.0 / 20.0 |" in h4
     assert "| memsearcher | 0 | 80.0 -> 80.0 | 50.0 -> 75.0 | 0.0 -> 100.0 | 1.00 -> 2.00 |" in h4
     assert (
         "| memsearcher | 0 | 80.0 -> 80.0 | 50.0 -> 75.0 | 33.3 -> 66.7 | - -> - |" in (out / "paper_h2.md").read_text()
@@ -518,6 +518,53 @@ def test_the_prefill_crossing_is_read_between_the_two_horizons_around_it():
     assert "falls below ReAct's between 3 and 6 hops: at 3.8 hops" in text
 
 
+def _rl_steps(rewards, sft_steps=0):
+    """The learner's metrics of an SFT of `sft_steps` and one RL step per reward."""
+    rows = [{"kind": "sft", "step": sft_steps}] if sft_steps else []
+    row = {"kind": "train", "context_tokens": 300.0, "contexts": 2.0, "trajectories": 10, "step_s": 1.0}
+    return rows + [{**row, "step": i + 1, "reward": r} for i, r in enumerate(rewards)]
+
+
+def test_a_run_from_another_runs_sft_is_compared_with_it_and_each_rl_says_if_it_still_learned(tmp_path):
+    """A run started from another run's SFT (`--rl-from`): its record pairs its answers after RL
+    with the source's after RL (fixed: right here, wrong there), on all questions and on
+    bridges, with the source's RL steps, EM and reward trend, and takes its SFT steps from the
+    source's log (its own has none); every run's training reward, the 20 steps before the last
+    20 against the last 20, says whether RL was still learning when it stopped."""
+    src, more = tmp_path / "rl100", tmp_path / "rl200"
+    start = [0, 0, 1, 0, 0, 1]  # one SFT model, one start evaluation
+    # the source: 100 steps, reward 0.2 then 0.5 over its last 20 (still learning)
+    _run(src, "memsearcher", 0, start, [1, 0, 0, 0, 1, 1], PREFILL_MS, _rl_steps([0.2] * 80 + [0.5] * 20, 40))
+    # 200 steps from it: reward 0.3 then 0.4 (the last 20)
+    _run(more, "memsearcher", 0, start, [1, 1, 1, 1, 0, 1], PREFILL_MS, _rl_steps([0.3] * 180 + [0.4] * 20))
+    (more / "memsearcher" / "s0" / "rl_from.json").write_text(json.dumps({"source": str(src / "memsearcher" / "s0")}))
+    out = tmp_path / "reports"
+    argv = ["paper", "--run-dir", str(more), "--seeds", "0", "--collect-only", "--report-dir", str(out)]
+    assert main(argv) == 0
+    (run,) = json.loads((out / "paper.json").read_text())["arms"]["memsearcher"]["runs"]
+    assert run["reward"] == {"window": 20, "before": pytest.approx(0.3), "last": pytest.approx(0.4)}
+    assert run["learner"]["sft_steps"] == 40 and run["learner"]["steps"] == 200
+    src_rec = run["rl_from"]
+    assert src_rec["source"] == str(src / "memsearcher" / "s0") and src_rec["steps"] == 100
+    assert src_rec["reward"] == {"window": 20, "before": pytest.approx(0.2), "last": pytest.approx(0.5)}
+    # q1, q2, q3 right only here, q4 only there; of the bridges (q2-q4) two and one
+    assert src_rec["vs_source"] == {"fixed": 3, "broken": 1, "p": 0.625}
+    assert src_rec["vs_source_bridge"] == {"fixed": 2, "broken": 1, "p": 1.0}
+    text = (out / "paper.md").read_text()
+    assert "| memsearcher | 0 | 40 | - | 200 | 600 | 1.00 | 0.300 -> 0.400 | 10.0 / 5.0 / 20.0 |" in text
+    row = "| memsearcher | 0 | 100 -> 200 | 33.3 -> **66.7** | 50.0 -> **83.3** | 3 / 1 (p 0.62) | 2 / 1 (p 1) |"
+    assert row + " 0.200 -> 0.500 |" in text
+    assert (
+        "- memsearcher, pooled over seeds, against the runs they started from: right here and wrong there on 3" in text
+    )
+    # a source that never finished its RL is named, with nothing to pair
+    (src / "memsearcher" / "s0" / "train_summary.json").unlink()
+    assert main(argv) == 0
+    (run,) = json.loads((out / "paper.json").read_text())["arms"]["memsearcher"]["runs"]
+    assert run["rl_from"]["rl"] is None and run["rl_from"]["vs_source"]["p"] is None
+    assert "| memsearcher | 0 | - -> 200 | - | - | n/a | n/a | (" in (out / "paper.md").read_text()
+
+
 def test_rl_from_trains_only_rl_on_the_sft_of_another_run(tmp_path, monkeypatch):
     """--rl-from: each run gets the same arm and seed's world, model, index, demonstrations, SFT
     model and start evaluation (linked, not copied), and its stage times up to them, so that
@@ -551,6 +598,7 @@ def test_rl_from_trains_only_rl_on_the_sft_of_another_run(tmp_path, monkeypatch)
         (run / "eval" / "start" / "summary.json").write_text(
             json.dumps({"em": 10.0, "questions": 12, "mean_turns": 2.0})
         )
+        (run / "metrics.jsonl").write_text(json.dumps({"kind": "sft", "step": 30}) + "\n")  # its SFT's log
         stages = {"prepare": 1.0, "demos": 2.0, "sft": 600.0, "eval-start": 60.0, "rl": 300.0}
         (run / "stage_s.json").write_text(json.dumps({**stages, "rl_failed": 5.0, "eval-final": 60.0}))
     ms_tokens, react_tokens = (paper.epoch_tokens(str(src / "h3" / a / "s0")) for a in ("memsearcher", "react"))
@@ -606,6 +654,8 @@ def test_rl_from_trains_only_rl_on_the_sft_of_another_run(tmp_path, monkeypatch)
         assert "learner.steps=200" in got["overrides"]
         assert json.loads((run / "rl_from.json").read_text()) == {"source": str(src / "h3" / arm / "s0")}
     assert seen["react"]["overrides"][-1] == f"learner.sft.epochs={react_epochs}"
+    runs = json.loads((tmp_path / "rl200" / "h3" / "paper_h3.json").read_text())["arms"]["memsearcher"]["runs"]
+    assert runs[0]["learner"]["sft_steps"] == 30  # its SFT's steps, logged by the source
     # another SFT learning rate: the source's SFT would pass for one it did not train
     with pytest.raises(SystemExit, match="learner.sft.lr: 0.002 there, 0.001 here"):
         main([*argv, "--run-dir", str(tmp_path / "lr"), *small, "learner.sft.lr=0.001"])
