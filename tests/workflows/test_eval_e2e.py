@@ -165,3 +165,40 @@ def test_eval_through_an_openai_compatible_server(world_dir, tiny_model_dir, ret
     cfg = load_run([], [f"model.path={tiny_model_dir}", "generator.api=openai", "generator.urls=[http://127.0.0.1:9]"])
     with pytest.raises(ConfigError, match="generator.api=openai is for evaluation only"):
         client_from_config(cfg.generator)
+
+
+def test_a_generator_giving_out_mid_way_stops_eval_in_one_line_and_keeps_the_answers(
+    world_dir, tiny_model_dir, retriever_url, tmp_path, capsys
+):
+    """A generator that stops answering after some questions (a proxy answering 503 after its
+    6th /generate) ends `areal-mem eval` with one line that says how many questions were
+    answered and why it stopped, not a traceback; the answered ones are kept beside
+    `results.jsonl`, which with its summary is written only for a whole evaluation; a whole
+    evaluation later answers them alike and removes the partial file."""
+    import re
+
+    from areal_mem.config.generator import EmbeddedConfig
+    from areal_mem.rollout.generator.launch import start_embedded_generator
+    from tests.workflows._proxy import GeneratorProxy
+
+    base = ["eval", "--quiet", "--data", f"{world_dir}/dev.jsonl", "--limit", "8", "--method", "react"]
+    base += [f"model.path={tiny_model_dir}", f"world.dir={world_dir}", f"run_dir={tmp_path}"]
+    base += [f"retriever.urls=[{retriever_url}]", "rollout.limits.max_new_tokens=24", "rollout.prompt_style=short"]
+    base += ["eval.max_turns=2", "eval.concurrency=1"]  # at most 2 requests a question: 8 need more than 6
+    out = tmp_path / "eval" / "react"
+    with start_embedded_generator(tiny_model_dir, EmbeddedConfig(device="cpu", torch_threads=1)) as gen:
+        proxy = GeneratorProxy(gen.url, fail_after=6)
+        assert main([*base, f"generator.urls=[{proxy.url}]"]) == 1
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        said = re.search(r"areal-mem eval: stopped after (\d) of 8 questions: GeneratorUnavailable: .*HTTP 503", err)
+        assert said, err
+        partial = [json.loads(line) for line in (out / "results.partial.jsonl").read_text().splitlines()]
+        assert 3 <= len(partial) == int(said.group(1)) < 8  # 6 requests answer at least 3 questions
+        assert not (out / "results.jsonl").exists() and not (out / "summary.json").exists()
+        assert main([*base, f"generator.urls=[{gen.url}]"]) == 0
+    whole = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["answer"], r["em"]) for r in partial] == [
+        (r["id"], r["answer"], r["em"]) for r in whole[: len(partial)]
+    ]
+    assert not (out / "results.partial.jsonl").exists()

@@ -4,10 +4,6 @@ with every request at `eval.priority`, and reports which versions sampled its to
 from __future__ import annotations
 
 import json
-import threading
-
-import aiohttp
-from aiohttp import web
 
 from areal_mem import policy_snapshots
 from areal_mem.app.cli import main
@@ -16,40 +12,7 @@ from areal_mem.config import load_run
 from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.rollout.generator.launch import start_embedded_generator
 from areal_mem.rollout.generator.sglang_schema import load_sglang_api_types
-
-
-class RecordingProxy:
-    """Forwards every request to a real generator and keeps the /generate bodies it saw."""
-
-    def __init__(self, target: str) -> None:
-        self.target, self.bodies, self.url = target, [], ""
-        self._ready = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-        assert self._ready.wait(10)
-
-    def _serve(self) -> None:
-        import asyncio
-
-        async def forward(request: web.Request) -> web.Response:
-            body = await request.read()
-            if request.path == "/generate":
-                self.bodies.append(json.loads(body))
-            async with aiohttp.ClientSession() as s:
-                async with s.request(request.method, self.target + request.path, data=body) as r:
-                    return web.Response(body=await r.read(), status=r.status, content_type=r.content_type)
-
-        async def main_() -> None:
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", forward)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-            self._ready.set()
-            await asyncio.Event().wait()
-
-        asyncio.run(main_())
+from tests.workflows._proxy import GeneratorProxy
 
 
 def test_shared_placement_sends_low_priority_and_equals_a_plain_eval(
@@ -65,7 +28,7 @@ def test_shared_placement_sends_low_priority_and_equals_a_plain_eval(
         "eval.max_turns=2",
     ]
     with start_embedded_generator(tiny_model_dir, EmbeddedConfig(device="cpu")) as gen:
-        proxy = RecordingProxy(gen.url)
+        proxy = GeneratorProxy(gen.url)
         cfg = load_run(
             [],
             [

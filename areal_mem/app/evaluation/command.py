@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..launch.plan import require_extras
     from .evaluate import run_eval
+    from .runner import EvalStopped
 
     overrides = list(args.overrides)
     for flag, key in ((args.data, "eval.data"), (args.method, "eval.method"), (args.limit, "eval.limit")):
@@ -45,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     except (DataError, PluginError, FileNotFoundError) as e:
         print(f"areal-mem eval: {e}", file=sys.stderr)
         return 2
+    except EvalStopped as e:  # a server gave out mid-way: said in one line, what was answered kept
+        print(f"areal-mem eval: {e}", file=sys.stderr)
+        return 1
     print(json.dumps({k: summary[k] for k in ("method", "questions", "em", "f1", "acc", "mean_turns")}))
     print(f"results in {os.path.join(out_dir, 'results.jsonl')}, summary in {os.path.join(out_dir, 'summary.json')}")
     return 0

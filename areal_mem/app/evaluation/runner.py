@@ -11,8 +11,10 @@ from typing import Any, Dict, List, Tuple
 from tqdm import tqdm
 
 from areal_mem.data.task import Task
+from areal_mem.generation import GeneratorError
 from areal_mem.rollout.oracle import response_documents
 from areal_mem.rollout.rewards.metrics import normalize_answer, substring_match
+from areal_mem.rollout.tools.base import ToolUnavailable
 from areal_mem.rollout.workflows.base import (
     Workflow,
     WorkflowContext,
@@ -26,6 +28,28 @@ from areal_mem.trajectory import Trajectory
 # copied from `Trajectory.info` where the workflow recorded them: the episode's shape (every
 # built-in loop), the answer metrics (`QAScoring`'s; not a calculator's, say)
 RECORD_KEYS = ("answer", "em", "f1", "acc", "num_turns", "tool_calls", "end_reason", "format_error")
+
+
+class EvalStopped(RuntimeError):
+    """The evaluation cannot go on as configured (a generator gave up, a replay lacks a call);
+    the questions answered before are kept in `partial_path`."""
+
+    def __init__(self, message: str, partial_path: str) -> None:
+        super().__init__(message)
+        self.partial_path = partial_path
+
+
+def partial_path(out_path: str) -> str:
+    """Where a stopped evaluation keeps what it answered: beside `results.jsonl`, never in it (a
+    results file is a whole evaluation, which its summary describes)."""
+    return os.path.splitext(out_path)[0] + ".partial.jsonl"
+
+
+def _write(path: str, records: List[Dict[str, Any]]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
 def search_provenance(traj: Trajectory, task: Task, decode) -> Dict[str, bool]:
@@ -120,13 +144,20 @@ async def evaluate(
             for done in asyncio.as_completed(jobs):
                 await done
                 bar.update(1)
-    except BaseException:
+    except BaseException as e:
         for j in jobs:
             j.cancel()
-        raise
+        if not isinstance(e, (GeneratorError, ToolUnavailable)):
+            raise
+        answered = [j.result() for j in jobs if j.done() and not j.cancelled() and j.exception() is None]
+        _write(partial_path(out_path), answered)
+        raise EvalStopped(
+            f"stopped after {len(answered)} of {len(jobs)} questions: {type(e).__name__}: {e}; the answered ones "
+            f"are in {partial_path(out_path)} (no results.jsonl or summary: they describe a whole evaluation)",
+            partial_path(out_path),
+        ) from e
     records = [j.result() for j in jobs]
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    with open(out_path, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    _write(out_path, records)
+    if os.path.exists(partial_path(out_path)):  # an earlier stopped attempt's: this one is whole
+        os.remove(partial_path(out_path))
     return records
