@@ -156,7 +156,14 @@ class BufferClient:
         while True:
             wait = poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic()))
             ticket = flight.Ticket(json.dumps({"n": n_groups, "request_id": request_id, "wait_s": wait}).encode())
-            table = self._retry(lambda c: c.do_get(ticket, self._options(wait)).read_all())
+            try:
+                table = self._retry(lambda c: c.do_get(ticket, self._options(wait)).read_all())
+            except pa.ArrowCancelled:
+                # a signal landed while pyarrow read the batch and its Python handler returned
+                # (the learner's SIGTERM: finish this step, then stop): pyarrow cancels the read
+                # all the same; the same request id is served the same batch again
+                log.info("buffer %s: reading a batch was cancelled by a signal; asking again", self.url)
+                continue
             meta = json.loads(table.schema.metadata[BATCH_META])
             dropped += meta["dropped_stale"]
             if meta["batch_id"]:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import threading
+import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -312,3 +313,35 @@ def test_client_gives_up_after_bounded_retries():
     client = BufferClient(f"grpc://127.0.0.1:{free_port()}", max_retries=2, backoff_s=0.01)
     with pytest.raises(ConnectionError, match="unreachable after 3 attempts"):
         client.stats()
+
+
+def test_signals_whose_handler_returns_do_not_end_the_wait_for_a_batch(serve):
+    """SIGTERM to a learner that waits for a batch: its handler asks for a stop after the step
+    and returns, but a signal that lands while pyarrow reads the batch cancels the read; the
+    wait must go on (the same request, served the same batch again). Was: ArrowCancelled, and
+    the learner's graceful stop ended in a traceback (exit 1). Signals every millisecond for a
+    second, so that some land in a read."""
+    import signal
+
+    buf = serve()
+    groups = [make_group(f"g{i}", n_traj=8, n_ctx=6, tokens=2000, seed=i) for i in range(8)]
+    for g in groups:
+        buf.client().put_group(g)
+    seen, done = [], threading.Event()
+
+    def barrage():  # for a second: then the read that is asked again must get through
+        end = time.monotonic() + 1.0
+        while not done.is_set() and time.monotonic() < end:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.001)
+
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    sender = threading.Thread(target=barrage)
+    sender.start()
+    try:
+        batch = buf.client().get_batch(8, timeout_s=30)
+    finally:
+        done.set()
+        sender.join()
+        signal.signal(signal.SIGTERM, previous)
+    assert seen and batch.groups == groups
