@@ -401,8 +401,9 @@ def arm_result(run_dir: str, arm: str, seed: int) -> dict:
     ans = answers(run_dir)
     learner = {**learner_cost(run_dir), "sft_tokens": sft_tokens(run_dir)}
     source = against_source(run_dir)
-    if source is not None and not learner["sft_steps"]:  # its SFT was the source's, logged there
-        learner["sft_steps"] = learner_cost(source["source"])["sft_steps"]
+    source_log = os.path.join(source["source"], "metrics.jsonl") if source is not None else ""
+    if source_log and os.path.exists(source_log) and not learner["sft_steps"]:
+        learner["sft_steps"] = learner_cost(source["source"])["sft_steps"]  # its SFT was the source's, logged there
     return {
         "arm": arm,
         "seed": seed,
@@ -1009,6 +1010,14 @@ def run_horizon(
                     "kept, and the run reported from its record; move the record away to replace it"
                 )
                 continue
+            if (
+                old is not None
+                and rec["rl_from"]
+                and rec["rl_from"]["rl"] is None
+                and (old.get("rl_from") or {}).get("rl")
+            ):
+                # its source's run dir is gone since the record was kept: the comparison made then stays
+                rec["rl_from"], rec["learner"]["sft_steps"] = old["rl_from"], old["learner"]["sft_steps"]
             results.setdefault(arm, {})[seed] = rec
             if args.records:
                 save_record(args.records, rec)

@@ -557,7 +557,15 @@ def test_a_run_from_another_runs_sft_is_compared_with_it_and_each_rl_says_if_it_
     assert (
         "- memsearcher, pooled over seeds, against the runs they started from: right here and wrong there on 3" in text
     )
+    # a source gone since the run's record was kept: the record's comparison stays
+    records = tmp_path / "records"
+    assert main([*argv, "--records", str(records)]) == 0
+    shutil.rmtree(src)
+    assert main([*argv, "--records", str(records)]) == 0
+    kept = json.loads((records / "memsearcher_s0.json").read_text())
+    assert kept["rl_from"]["vs_source"]["fixed"] == 3 and kept["learner"]["sft_steps"] == 40
     # a source that never finished its RL is named, with nothing to pair
+    _run(src, "memsearcher", 0, start, [1, 0, 0, 0, 1, 1], PREFILL_MS, _rl_steps([0.2] * 100, 40))
     (src / "memsearcher" / "s0" / "train_summary.json").unlink()
     assert main(argv) == 0
     (run,) = json.loads((out / "paper.json").read_text())["arms"]["memsearcher"]["runs"]
