@@ -344,7 +344,7 @@ def paired(before: Dict[str, float], after: Dict[str, float]) -> dict:
 
 
 def against_source(run_dir: str) -> Optional[dict]:
-    """For a run started from another run's SFT (`--rl-from`): that run's RL steps, evaluation
+    """For a run started from another run's SFT (`--rl-from`): that run's SFT and RL steps, evaluation
     after RL and reward trend, and this run's answers after RL paired with its answers after RL
     (fixed: right here, wrong there), over all questions and over the multi-hop ones: what the
     RL steps added beyond the source's; None for a run that trained its own SFT. A source that
@@ -352,14 +352,18 @@ def against_source(run_dir: str) -> Optional[dict]:
     source = source_of(run_dir)
     if source is None:
         return None
-    if not finished(source):
+    # its SFT steps were logged there (a run dir that is gone has none to give)
+    cost = learner_cost(source) if os.path.exists(os.path.join(source, "metrics.jsonl")) else None
+    sft_steps = cost["sft_steps"] if cost else None
+    if cost is None or not finished(source):
         print(f"[bench paper] {run_dir} started from {source}, which has no finished RL: nothing to compare")
         nothing = {"vs_source": dict(NO_PAIR), "vs_source_" + MULTI_HOP: dict(NO_PAIR)}
-        return {"source": source, "steps": None, "rl": None, "reward": None, **nothing}
+        return {"source": source, "sft_steps": sft_steps, "steps": None, "rl": None, "reward": None, **nothing}
     mine, theirs = results_path(run_dir, "final"), results_path(source, "final")
     return {
         "source": source,
-        "steps": learner_cost(source)["steps"],
+        "sft_steps": sft_steps,
+        "steps": cost["steps"],
         "rl": _eval(source, "final"),
         "reward": reward_trend(source),
         "vs_source": paired(read_results(theirs), read_results(mine)),
@@ -401,9 +405,8 @@ def arm_result(run_dir: str, arm: str, seed: int) -> dict:
     ans = answers(run_dir)
     learner = {**learner_cost(run_dir), "sft_tokens": sft_tokens(run_dir)}
     source = against_source(run_dir)
-    source_log = os.path.join(source["source"], "metrics.jsonl") if source is not None else ""
-    if source_log and os.path.exists(source_log) and not learner["sft_steps"]:
-        learner["sft_steps"] = learner_cost(source["source"])["sft_steps"]  # its SFT was the source's, logged there
+    if source is not None and source["sft_steps"] and not learner["sft_steps"]:  # its SFT was the source's
+        learner["sft_steps"] = source["sft_steps"]
     return {
         "arm": arm,
         "seed": seed,

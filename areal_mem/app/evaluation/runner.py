@@ -32,11 +32,7 @@ RECORD_KEYS = ("answer", "em", "f1", "acc", "num_turns", "tool_calls", "end_reas
 
 class EvalStopped(RuntimeError):
     """The evaluation cannot go on as configured (a generator gave up, a replay lacks a call);
-    the questions answered before are kept in `partial_path`."""
-
-    def __init__(self, message: str, partial_path: str) -> None:
-        super().__init__(message)
-        self.partial_path = partial_path
+    the questions answered before are kept in the file `partial_path` names."""
 
 
 def partial_path(out_path: str) -> str:
@@ -139,6 +135,7 @@ async def evaluate(
         return record
 
     jobs = [asyncio.ensure_future(one(i, t)) for i, t in enumerate(tasks)]
+    partial = partial_path(out_path)
     try:
         with tqdm(total=len(jobs), desc=f"eval {workflow.name}", unit="question", disable=not progress) as bar:
             for done in asyncio.as_completed(jobs):
@@ -150,14 +147,13 @@ async def evaluate(
         if not isinstance(e, (GeneratorError, ToolUnavailable)):
             raise
         answered = [j.result() for j in jobs if j.done() and not j.cancelled() and j.exception() is None]
-        _write(partial_path(out_path), answered)
+        _write(partial, answered)
         raise EvalStopped(
             f"stopped after {len(answered)} of {len(jobs)} questions: {type(e).__name__}: {e}; the answered ones "
-            f"are in {partial_path(out_path)} (no results.jsonl or summary: they describe a whole evaluation)",
-            partial_path(out_path),
+            f"are in {partial} (no results.jsonl or summary: they describe a whole evaluation)"
         ) from e
     records = [j.result() for j in jobs]
     _write(out_path, records)
-    if os.path.exists(partial_path(out_path)):  # an earlier stopped attempt's: this one is whole
-        os.remove(partial_path(out_path))
+    if os.path.exists(partial):  # an earlier stopped attempt's: this one is whole
+        os.remove(partial)
     return records
