@@ -29,7 +29,7 @@ from tqdm import tqdm
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout: `benchmarks`
 
 from areal_mem.buffer import group_to_table  # noqa: E402
-from areal_mem.buffer.launch import BufferProcess  # noqa: E402
+from areal_mem.buffer.server.launch import BufferProcess  # noqa: E402
 from benchmarks.harness.synthetic import random_group  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """What a prefill costs beside a running batch, against the same prefill alone, in one run.
 
 A request joins the embedded engine's running batch after its prefill. The batch's KV cache
-lives in buffers with spare rows (`rollout/generator/kv_cache.py`): a joiner no longer than the
+lives in buffers with spare rows (`rollout/generator/embedded/kv_cache.py`): a joiner no longer than the
 batch is written into them, and only a wider one copies every running row. This times
 `Engine._prefill` of one joiner (`--joiner` tokens) into running batches of several sizes
 (rows x columns, random tokens), alternating with the same prefill into an empty engine, and
@@ -21,8 +21,8 @@ from typing import List
 import torch
 from bench_prefix_cache import build
 
-from areal_mem.rollout.generator.engine import Engine, Request
-from areal_mem.rollout.generator.sampling import SamplingSpec
+from areal_mem.rollout.generator.embedded.engine import Engine, Request
+from areal_mem.rollout.generator.embedded.sampling import SamplingSpec
 
 DEBUG_SHAPE = (128, 384, 2, 4, 2, 6144)  # hidden, intermediate, layers, heads, kv heads, vocab
 BATCHES = [(14, 800), (30, 800), (30, 1500)]  # running rows x columns (eta 0 / eta 2 of the recipe)

@@ -21,8 +21,8 @@ from typing import List, Tuple
 
 import torch
 
-from areal_mem.rollout.generator.engine import Engine, Request
-from areal_mem.rollout.generator.sampling import SamplingSpec
+from areal_mem.rollout.generator.embedded.engine import Engine, Request
+from areal_mem.rollout.generator.embedded.sampling import SamplingSpec
 
 SIZES = {  # name: (hidden, intermediate, layers, heads, kv heads, vocab)
     "debug 0.66M": (128, 384, 2, 4, 2, 2048),

@@ -23,7 +23,7 @@ COMMANDS = {
     "init-model": "areal_mem.app.tiny_model",
     "model": "areal_mem.app.model_import",
     "retriever": "areal_mem.retriever.command",
-    "buffer": "areal_mem.buffer.command",
+    "buffer": "areal_mem.buffer.server.command",
     "generator": "areal_mem.rollout.generator.command",
     "data": "areal_mem.app.commands.data",
     "eval": "areal_mem.app.evaluation.command",

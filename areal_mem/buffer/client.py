@@ -40,9 +40,8 @@ import pyarrow.flight as flight
 
 from ..config.buffer import BufferConfig
 from ..trajectory import Group
-from .command import TOKEN_ENV
 from .schema import group_to_table, table_to_groups
-from .service import BATCH_META
+from .wire import BATCH_META, TOKEN_ENV
 
 log = logging.getLogger(__name__)
 # Errors of the connection, not of the request: reconnect and retry.

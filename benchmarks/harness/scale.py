@@ -75,7 +75,7 @@ def measure_buffer(work: str, groups: int = 8) -> Dict[str, float]:
     import numpy as np
 
     from areal_mem.buffer import group_to_table
-    from areal_mem.buffer.launch import BufferProcess
+    from areal_mem.buffer.server.launch import BufferProcess
 
     from .synthetic import random_group
 

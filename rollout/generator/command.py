@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from .server import build_server, serve
+    from .embedded.server import build_server, serve
 
     e = g.embedded
     if e.torch_threads > 0:

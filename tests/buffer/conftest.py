@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from areal_mem.buffer.launch import BufferProcess
+from areal_mem.buffer.server.launch import BufferProcess
 from areal_mem.trajectory import Context, Group, Trajectory
 
 

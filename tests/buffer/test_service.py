@@ -15,7 +15,7 @@ import pytest
 
 from areal_mem.buffer import BufferRefusedError, group_to_table
 from areal_mem.buffer.schema import concat_groups
-from areal_mem.buffer.service import BufferService
+from areal_mem.buffer.server.service import BufferService
 from areal_mem.config.buffer import BufferConfig
 from areal_mem.net import free_port
 from areal_mem.security import InsecureBindError

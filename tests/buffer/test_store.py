@@ -7,7 +7,7 @@ import os
 import pytest
 
 from areal_mem.buffer.schema import group_to_table
-from areal_mem.buffer.store import GroupStore
+from areal_mem.buffer.server.store import GroupStore
 
 from .conftest import make_group
 

@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from areal_mem.rollout.generator.engine import Engine, Request
-from areal_mem.rollout.generator.sampling import SamplingSpec
+from areal_mem.rollout.generator.embedded.engine import Engine, Request
+from areal_mem.rollout.generator.embedded.sampling import SamplingSpec
 from areal_mem.weight_fingerprint import fingerprints
 from tests.architectures import ARCHITECTURES, build
 

@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from areal_mem.rollout.generator.engine import Engine, Request, WeightLoadError, compaction
-from areal_mem.rollout.generator.sampling import SamplingSpec
+from areal_mem.rollout.generator.embedded.engine import Engine, Request, WeightLoadError, compaction
+from areal_mem.rollout.generator.embedded.sampling import SamplingSpec
 
 
 class Collector:
@@ -120,7 +120,7 @@ def test_rows_no_wider_than_the_batch_join_in_its_spare_rows_and_stay_exact(engi
 
 
 def test_kv_append_places_rows_as_merge_does_or_writes_nothing():
-    from areal_mem.rollout.generator import kv_cache
+    from areal_mem.rollout.generator.embedded import kv_cache
 
     g = torch.Generator().manual_seed(0)
 

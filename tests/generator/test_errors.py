@@ -11,8 +11,8 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from areal_mem.rollout.generator.errors import BadRequest, ForbiddenPath, RequestError, json_errors
-from areal_mem.rollout.generator.sse import EventStream
+from areal_mem.rollout.generator.embedded.errors import BadRequest, ForbiddenPath, RequestError, json_errors
+from areal_mem.rollout.generator.embedded.sse import EventStream
 
 
 def _failing(exc: Exception):

@@ -9,9 +9,9 @@ import time
 
 import torch
 
-from areal_mem.rollout.generator.engine import Engine, Request
-from areal_mem.rollout.generator.prefix_cache import PrefixCache
-from areal_mem.rollout.generator.sampling import SamplingSpec
+from areal_mem.rollout.generator.embedded.engine import Engine, Request
+from areal_mem.rollout.generator.embedded.prefix_cache import PrefixCache
+from areal_mem.rollout.generator.embedded.sampling import SamplingSpec
 
 
 def _run(engine, prompts, n=12, seed=5):

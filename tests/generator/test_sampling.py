@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from areal_mem.rollout.generator.sampling import SamplingSpec, draw, sample
+from areal_mem.rollout.generator.embedded.sampling import SamplingSpec, draw, sample
 
 PROBS = torch.tensor([0.4, 0.3, 0.2, 0.1])
 

@@ -27,8 +27,8 @@ import torch.distributed as dist
 
 from areal_mem.generation import SamplingParams
 from areal_mem.net import free_port
-from areal_mem.rollout.generator import admin_requests
 from areal_mem.rollout.generator.client import GeneratorClient
+from areal_mem.rollout.generator.embedded import admin_requests
 from areal_mem.weight_transport import BucketMeta, WeightGroup
 from tests.generator._sglang_source import io_struct_fields, load_init_custom_process_group
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from areal_mem.buffer.launch import BufferProcess
+from areal_mem.buffer.server.launch import BufferProcess
 from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.rollout.generator.client import GeneratorClient
 from areal_mem.rollout.generator.launch import start_embedded_generator

@@ -131,7 +131,7 @@ def generator_service(tiny_model_dir, rel_dir):
 
 @pytest.fixture(scope="session")
 def buffer_service(rel_dir):
-    from areal_mem.buffer.launch import BufferProcess
+    from areal_mem.buffer.server.launch import BufferProcess
 
     proc = BufferProcess(
         str(rel_dir / "buffer_run"), token=TOKEN, overrides=["buffer.fsync=false", "buffer.slot_ttl_s=0"]
@@ -164,7 +164,7 @@ def routes():
     """The routes the retriever and the generator register, read from their routers."""
     from areal_mem.config.retriever import RetrieverConfig
     from areal_mem.retriever.server import make_app
-    from areal_mem.rollout.generator.server import GeneratorServer
+    from areal_mem.rollout.generator.embedded.server import GeneratorServer
 
     return {
         "retriever": app_routes(make_app(None, RetrieverConfig())),

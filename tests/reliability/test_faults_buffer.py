@@ -9,15 +9,15 @@ import pytest
 
 from areal_mem.app.launch.local import check_extension_locks
 from areal_mem.buffer.schema import group_to_table
-from areal_mem.buffer.service import BufferService
-from areal_mem.buffer.store import GroupStore
+from areal_mem.buffer.server.service import BufferService
+from areal_mem.buffer.server.store import GroupStore
 from areal_mem.config.buffer import BufferConfig
 from areal_mem.net import free_port
 from tests.buffer.conftest import make_group
 
 
 def test_a_batch_trained_across_a_buffer_restart_is_acked_once(tmp_path):
-    from areal_mem.buffer.launch import BufferProcess
+    from areal_mem.buffer.server.launch import BufferProcess
 
     port = free_port()
     buf = BufferProcess(str(tmp_path / "run"), port=port)

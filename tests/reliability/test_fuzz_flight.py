@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from areal_mem.buffer.schema import CONTEXT_SCHEMA, group_to_table
-from areal_mem.buffer.service import FIELDS, MAX_JSON_BYTES, MAX_VERSION
+from areal_mem.buffer.server.service import FIELDS, MAX_JSON_BYTES, MAX_VERSION
 from areal_mem.trajectory import Context, Group, Trajectory
 
 HUGE_INTS = st.sampled_from([2**63, -(2**63) - 1, 10**30, -(10**400)])

@@ -383,7 +383,7 @@ def test_sampling_params_refuse_unknown_keys_like_sglang(generator_service):
 
 def test_bodies_over_the_limit_get_413_and_the_services_stay_up(retriever_service, generator_service, checks):
     from areal_mem.config.retriever import RetrieverConfig
-    from areal_mem.rollout.generator.validator import MAX_BODY_BYTES
+    from areal_mem.rollout.generator.embedded.validator import MAX_BODY_BYTES
 
     pad = b" " * RetrieverConfig().max_body_bytes
     status, body = retriever_service.call("POST", "/search", raw=b'{"query": "a"}' + pad)

@@ -133,7 +133,7 @@ def test_a_tiny_temperature_is_greedy_with_finite_logprobs(generator_service, ch
 
 
 def test_answers_write_non_finite_floats_as_null():
-    from areal_mem.rollout.generator.protocol import dumps
+    from areal_mem.rollout.generator.embedded.protocol import dumps
 
     assert json.loads(dumps({"a": [float("nan"), float("-inf"), 1.5]})) == {"a": [None, None, 1.5]}
     assert dumps({"a": [1.0]}) == json.dumps({"a": [1.0]})
@@ -189,8 +189,8 @@ def test_prompts_times_n_is_capped_on_every_route(generator_service, checks):
 def test_aborting_thousands_of_waiting_requests_is_linear(ref_model_cpu):
     """The engine paused with 40,000 requests queued: a client leaving with 1,000 of them (the
     probe's disconnect, which took 38.6 s of step-lock time) is one O(1)-per-request pass."""
-    from areal_mem.rollout.generator.engine import Engine, Request
-    from areal_mem.rollout.generator.sampling import SamplingSpec
+    from areal_mem.rollout.generator.embedded.engine import Engine, Request
+    from areal_mem.rollout.generator.embedded.sampling import SamplingSpec
 
     e = Engine(ref_model_cpu, eos_ids=[2], max_batch_size=4, max_context_len=64).start()
     try:
@@ -383,7 +383,7 @@ def test_slimes_default_sampling_params_are_served(generator_service, tiny_model
 
 
 def test_spaces_between_special_tokens_reaches_the_tokenizer():
-    from areal_mem.rollout.generator.codec import TextCodec
+    from areal_mem.rollout.generator.embedded.codec import TextCodec
 
     seen = []
 

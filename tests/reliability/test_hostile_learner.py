@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from areal_mem.buffer.client import BufferClient
-from areal_mem.buffer.service import BufferService
+from areal_mem.buffer.server.service import BufferService
 from areal_mem.config import RunConfig
 from areal_mem.config.buffer import BufferConfig
 from areal_mem.config.learner import CapMode, LossConfig
@@ -101,7 +101,7 @@ class _Engine:
 def test_the_trainer_quarantines_a_bad_group_and_never_sees_it_again(tmp_path, monkeypatch, capsys):
     """A buffer that let bad groups through (its check switched off) serves them: the learner's
     batch reader leaves them out by name, acks them with the batch, and counts them."""
-    import areal_mem.buffer.service as service
+    import areal_mem.buffer.server.service as service
 
     monkeypatch.setattr(service, "validate_group", lambda table, group_id="", **kw: group_id)
     svc = BufferService(str(tmp_path / "buf"), BufferConfig(batch_groups=2, max_running_groups=4, fsync=False))

@@ -140,7 +140,7 @@ def _flight_calls(client, token_headers):
         writer.close()
         reader.read_all()
 
-    from areal_mem.buffer.service import ACTIONS
+    from areal_mem.buffer.server.service import ACTIONS
 
     calls = {f"action {a}": (lambda a=a: list(client.do_action(flight.Action(a, b"{}"), opts))) for a in ACTIONS}
     calls.update(
@@ -215,8 +215,8 @@ def test_default_weights_folders_cover_the_disk_publisher_and_restarts(tmp_path)
     from areal_mem.config.learner import PublishConfig, PublisherKind
     from areal_mem.learner.publishers import make_publisher
     from areal_mem.rollout.generator.command import _weights_dirs
-    from areal_mem.rollout.generator.disk_weights import allowed_path
-    from areal_mem.rollout.generator.errors import ForbiddenPath
+    from areal_mem.rollout.generator.embedded.disk_weights import allowed_path
+    from areal_mem.rollout.generator.embedded.errors import ForbiddenPath
 
     cfg = load_run(overrides=[f"run_dir={tmp_path}/run", f"model.path={tmp_path}/model"])
     dirs = _weights_dirs(cfg, cfg.model.path)

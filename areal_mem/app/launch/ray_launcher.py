@@ -30,7 +30,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from areal_mem.buffer.command import TOKEN_ENV as BUFFER_TOKEN_ENV
+from areal_mem.buffer.wire import TOKEN_ENV as BUFFER_TOKEN_ENV
 from areal_mem.config import RunConfig
 from areal_mem.config.launcher import RayBind
 from areal_mem.process import ChildProcess

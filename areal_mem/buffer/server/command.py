@@ -15,8 +15,9 @@ import sys
 import threading
 from dataclasses import replace
 
+from ..wire import TOKEN_ENV
+
 HELP = "the Arrow Flight replay buffer (subcommand: serve)"
-TOKEN_ENV = "AREAL_MEM_BUFFER_TOKEN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,9 +42,9 @@ def model_vocab_size(path: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_run
-    from ..process import write_ready_file
-    from ..security import InsecureBindError
+    from ...config import load_run
+    from ...process import write_ready_file
+    from ...security import InsecureBindError
     from .service import BufferService
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

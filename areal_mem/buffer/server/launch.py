@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from typing import Iterable, Optional
 
-from ..process import ChildProcess, ready_file_path, serve_command, wait_ready
-from .client import BufferClient
-from .command import TOKEN_ENV
+from ...process import ChildProcess, ready_file_path, serve_command, wait_ready
+from ..client import BufferClient
+from ..wire import TOKEN_ENV
 
 
 class BufferProcess:

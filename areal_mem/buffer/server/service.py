@@ -43,14 +43,14 @@ from typing import Any, Dict, List, Optional
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from ..config.buffer import BufferConfig
-from ..security import check_bind, token_matches
-from ..staleness import StalenessManager
-from .schema import CONTEXT_SCHEMA, SchemaError, concat_groups, validate_group
+from ...config.buffer import BufferConfig
+from ...security import check_bind, token_matches
+from ...staleness import StalenessManager
+from ..schema import CONTEXT_SCHEMA, SchemaError, concat_groups, validate_group
+from ..wire import BATCH_META
 from .store import GroupEntry, GroupStore
 
 log = logging.getLogger(__name__)
-BATCH_META = b"areal_mem.batch"
 MAX_WAIT_S = 30.0  # longest server-side wait of one call; clients poll again
 ACKED_BATCHES_KEPT = 1024  # acked batch ids remembered to answer a retried ack "already"
 MAX_JSON_BYTES = 64 << 10  # a descriptor, ticket or action body is a few fields
