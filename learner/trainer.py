@@ -92,7 +92,7 @@ class Trainer:
             requeued = self.buffer.requeue()
             if requeued:
                 print(f"[learner] requeued {requeued} group(s) of unfinished batches", flush=True)
-            seen = int(self.buffer.stats()["version"])
+            seen = self.buffer.stats().version
         seen = int(D.broadcast_floats([seen])[0])
         push = resumed is not None
         if seen > self.state.version:

@@ -35,6 +35,7 @@ from areal_mem.generation import REQUEST_PRIORITY
 from areal_mem.staleness import is_stale
 from areal_mem.trajectory import Group, Trajectory
 
+from .buffer_port import BufferPort
 from .tasks import TaskCursor
 from .tools.base import ToolUnavailable
 from .workflows.base import Workflow, WorkflowContext, run_episode
@@ -80,7 +81,7 @@ class RolloutWorker:
         self,
         workflow: Workflow,
         ctx: WorkflowContext,
-        buffer: Any,
+        buffer: BufferPort,
         cursor: TaskCursor,
         group_size: int,
         max_in_flight: int,
@@ -117,7 +118,7 @@ class RolloutWorker:
                 timeout = None if self.max_staleness is None else self.acquire_wait_s
                 _, in_flight = await asyncio.wait(in_flight, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 if len(in_flight) >= self.max_in_flight and timeout is not None:  # still full: learn the version
-                    self._cancel_stale((await asyncio.to_thread(self.buffer.stats))["version"])
+                    self._cancel_stale((await asyncio.to_thread(self.buffer.stats)).version)
                 continue
             slot, version = await asyncio.to_thread(self.buffer.acquire_slot, self.acquire_wait_s)
             self._cancel_stale(version)

@@ -41,6 +41,7 @@ import pyarrow.flight as flight
 from ..config.buffer import BufferConfig
 from ..trajectory import Group
 from .schema import group_to_table, table_to_groups
+from .stats import BufferStats
 from .wire import BATCH_META, TOKEN_ENV
 
 log = logging.getLogger(__name__)
@@ -191,11 +192,9 @@ class BufferClient:
         """The learner's weight version after a push: `{"version", "dropped_stale"}`."""
         return self._action("set_version", {"version": version})
 
-    def stats(self) -> Dict[str, Any]:
-        """Counters: version, accepted, running, capacity, pending_groups,
-        outstanding_batches/groups, in_memory_groups, groups_put/served/acked,
-        bytes_put/served, dropped_stale, refused_invalid/duplicate, slots_expired."""
-        return self._action("stats", {})
+    def stats(self) -> BufferStats:
+        """The admission state, what is held, and the counters since the service started."""
+        return BufferStats.from_wire(self._action("stats", {}))
 
     def close(self) -> None:
         with self._lock:

@@ -78,7 +78,7 @@ def test_values_the_learner_cannot_train_are_refused_by_name(serve, tmp_path, ct
     assert "group 'bad', row 0 (trajectory 'bad/0', turn 0)" in str(e.value) and needle in str(e.value)
     assert os.listdir(tmp_path / "run" / "buffer" / "groups") == []
     _honest_round_trip(client, "honest")
-    assert client.stats()["refused_invalid"] == 1
+    assert client.stats().refused_invalid == 1
 
 
 @pytest.mark.parametrize(
@@ -129,10 +129,10 @@ def test_a_put_cut_short_is_not_stored_and_its_retry_is_accepted(serve, tmp_path
     p = subprocess.run([sys.executable, "-c", WRITER, buf.url, str(path)], capture_output=True, timeout=60)
     assert p.returncode == 1, p.stderr.decode()[-2000:]
     deadline = time.monotonic() + 10
-    while client.stats()["refused_invalid"] < 1 and time.monotonic() < deadline:
+    while client.stats().refused_invalid < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     stats = client.stats()
-    assert (stats["refused_invalid"], stats["groups_put"], stats["pending_groups"]) == (1, 0, 0)
+    assert (stats.refused_invalid, stats.groups_put, stats.pending_groups) == (1, 0, 0)
     # a writer that finishes the stream early (no error on its side) is refused too
     with pytest.raises(flight.FlightServerError, match="ended after 4 of the 12 rows"):
         _raw_put(buf.url, pa.Table.from_batches(table.to_batches(max_chunksize=2)[:2]), {"group_id": "cut", "rows": 12})
@@ -172,7 +172,7 @@ def test_versions_only_move_forward_by_a_bounded_step(serve):
         with pytest.raises(BufferRefusedError, match="versions only move forward") as e:
             client.set_version(bad)
         assert e.value.code == "invalid"
-    assert client.stats()["pending_groups"] == 2  # nothing dropped
+    assert client.stats().pending_groups == 2  # nothing dropped
     assert client.set_version(2) == {"version": 2, "dropped_stale": 1}
     with pytest.raises(BufferRefusedError, match=r"'version': 0 is not in 2..12"):
         client.set_version(0)
@@ -193,7 +193,7 @@ def test_an_ack_acks_only_the_groups_served_under_its_batch_id(serve):
     ):
         with pytest.raises(flight.FlightServerError, match="acks only the groups served under its batch id"):
             list(raw.do_action(flight.Action("ack", json.dumps(body).encode())))
-    assert client.stats()["pending_groups"] == 2 and client.stats()["groups_acked"] == 0
+    assert client.stats().pending_groups == 2 and client.stats().groups_acked == 0
     assert client.ack(batch.batch_id) == 1
     assert client.get_batch(2, timeout_s=5).group_ids == ["b", "c"]
 
@@ -235,4 +235,4 @@ def test_one_record_batch_over_the_put_limit_costs_a_bounded_transient_and_is_re
     after = server.memory_info().rss - base
     assert refused_s < 10 and peak[0] - base < 2.5 * table.nbytes  # measured: 1.99x, ~1 s
     assert after < table.nbytes  # measured: 0.45-0.66x kept by gRPC and the allocator, not a whole copy
-    assert client.put_group(make_group("g-after")) and client.stats()["pending_groups"] == 1
+    assert client.put_group(make_group("g-after")) and client.stats().pending_groups == 1

@@ -29,7 +29,7 @@ def test_groups_round_trip_bit_for_bit(serve):
     groups = [make_group(f"g{i}", n_traj=5, n_ctx=4, tokens=300, seed=i) for i in range(5)]
     for g in groups:
         assert client.put_group(g) is True
-    assert client.stats()["in_memory_groups"] == 2
+    assert client.stats().in_memory_groups == 2
     batch = client.get_batch(5, timeout_s=10)
     assert batch.group_ids == [g.group_id for g in groups]  # oldest first
     assert batch.table.equals(concat_groups([group_to_table(g) for g in groups]))
@@ -44,34 +44,34 @@ def test_capacity_rule_through_the_service(serve):
     assert all(slots[:2]) and slots[2] == ""  # eta = 0: one batch per version
     assert client.put_group(make_group("a"), slot=slots[0])
     assert client.release(slots[1]) is True and client.release(slots[1]) is False
-    assert client.stats()["capacity"] == 1
+    assert client.stats().capacity == 1
     second = client.acquire()
     client.put_group(make_group("b"), slot=second)
-    assert client.acquire() == "" and client.stats()["capacity"] == 0
+    assert client.acquire() == "" and client.stats().capacity == 0
     client.ack(client.get_batch(2, timeout_s=5).batch_id)  # the learner trains, then pushes
     assert client.set_version(1) == {"version": 1, "dropped_stale": 0}
-    assert client.stats()["capacity"] == 2
+    assert client.stats().capacity == 2
     assert client.acquire_slot()[1] == 1  # the version a new group starts at
 
 
 def test_capacity_with_eta_two_and_max_running(serve):
     buf = serve(overrides=["buffer.max_staleness=2", "buffer.batch_groups=3", "buffer.max_running_groups=4"])
     client = buf.client()
-    assert client.stats()["capacity"] == 4  # min(4 - 0, 3 * 3 - 0)
+    assert client.stats().capacity == 4  # min(4 - 0, 3 * 3 - 0)
     slots = [client.acquire() for _ in range(5)]
     assert sum(bool(s) for s in slots) == 4
     for i, s in enumerate(slots[:4]):
         client.put_group(make_group(f"g{i}"), slot=s)
-    assert client.stats()["capacity"] == 4  # min(4, 9 - 4)
+    assert client.stats().capacity == 4  # min(4, 9 - 4)
     for i in range(4, 8):
         client.put_group(make_group(f"g{i}"))  # puts without a slot count too
-    assert client.stats()["capacity"] == 1  # 9 - 8
+    assert client.stats().capacity == 1  # 9 - 8
     client.set_version(1)  # a push that trained no batch (a restarted learner's): no more room
-    assert (client.stats()["clock"], client.stats()["capacity"]) == (0, 1)
+    assert (client.stats().clock, client.stats().capacity) == (0, 1)
     client.ack(client.get_batch(3, timeout_s=5).batch_id)
-    assert client.stats()["capacity"] == 1  # the clock moves with the next version
+    assert client.stats().capacity == 1  # the clock moves with the next version
     client.set_version(2)
-    assert (client.stats()["clock"], client.stats()["capacity"]) == (1, 4)  # min(4, 12 - 8)
+    assert (client.stats().clock, client.stats().capacity) == (1, 4)  # min(4, 12 - 8)
 
 
 def test_acquire_waits_for_a_version_bump(serve):
@@ -112,7 +112,7 @@ def test_stale_groups_are_dropped_and_counted(serve):
     batch = client.get_batch(2, timeout_s=10)
     assert batch.group_ids == ["v1", "v2"] and batch.dropped_stale == 1
     stats = client.stats()
-    assert (stats["dropped_stale"], stats["pending_groups"], stats["accepted"]) == (2, 0, 2)
+    assert (stats.dropped_stale, stats.pending_groups, stats.accepted) == (2, 0, 2)
     assert client.put_group(make_group("v0")) is False  # a dropped group stays refused
     with pytest.raises(TimeoutError):
         client.get_batch(1, timeout_s=0.5)
@@ -133,7 +133,7 @@ def test_invalid_puts_are_refused_and_nothing_is_stored(serve, tmp_path):
             client.put_table(table, "other" if table is good else "g")
         assert e.value.code == "invalid" and reason in str(e.value)
     stats = client.stats()
-    assert (stats["groups_put"], stats["pending_groups"], stats["refused_invalid"]) == (0, 0, 3)
+    assert (stats.groups_put, stats.pending_groups, stats.refused_invalid) == (0, 0, 3)
     assert os.listdir(tmp_path / "run" / "buffer" / "groups") == []
     assert client.put_table(good, "g") is True  # the id was not burnt by the refusals
 
@@ -158,7 +158,7 @@ def test_a_put_over_the_size_limit_is_refused_and_the_service_stays_up(serve, tm
     with pytest.raises(flight.FlightServerError, match="refused, nothing stored") as e:
         writer.close()
     assert json.loads(e.value.extra_info)["code"] == "invalid"
-    assert client.stats()["refused_invalid"] == 3
+    assert client.stats().refused_invalid == 3
     assert os.listdir(tmp_path / "run" / "buffer" / "groups") == []
     assert client.put_table(small, "small") is True
     assert client.get_batch(1).group_ids == ["small"]
@@ -180,7 +180,7 @@ def test_duplicate_group_id_is_refused(serve):
     assert client.ack(batch.batch_id) == 1 and client.ack(batch.batch_id) == 0
     assert client.put_group(group) is False  # still refused after it was trained
     stats = client.stats()
-    assert (stats["groups_put"], stats["refused_duplicate"], stats["pending_groups"]) == (1, 2, 0)
+    assert (stats.groups_put, stats.refused_duplicate, stats.pending_groups) == (1, 2, 0)
 
 
 def test_bad_requests_get_clear_errors_and_the_service_stays_up(serve):
@@ -200,7 +200,7 @@ def test_bad_requests_get_clear_errors_and_the_service_stays_up(serve):
     assert e.value.code == "unknown_batch"
     with pytest.raises(flight.FlightServerError, match="needs n >= 1"):
         raw.do_get(flight.Ticket(json.dumps({"n": 0, "request_id": "r"}).encode())).read_all()
-    assert client.stats()["groups_put"] == 0
+    assert client.stats().groups_put == 0
     assert [a.type for a in raw.list_actions()] == ["acquire", "release", "set_version", "ack", "requeue", "stats"]
 
 
@@ -219,7 +219,7 @@ def test_retried_request_gets_the_same_batch_and_requeue(serve):
 
 def test_token_is_required_when_set(serve):
     buf = serve(token="s3cret")
-    assert buf.client().stats()["groups_put"] == 0
+    assert buf.client().stats().groups_put == 0
     with pytest.raises(flight.FlightUnauthenticatedError):
         list(flight.FlightClient(buf.url).do_action(flight.Action("stats", b"{}")))
     wrong = flight.FlightCallOptions(headers=[(b"authorization", b"Bearer nope")])
@@ -247,8 +247,8 @@ def test_crash_after_puts_and_an_unacked_get_loses_nothing(serve, tmp_path):
 
     restarted = serve(port=port, overrides=["buffer.max_staleness=4"])
     stats = client.stats()  # the same client reconnects to the restarted service
-    assert (stats["recovered_groups"], stats["version"], stats["accepted"]) == (4, 3, 6)
-    assert stats["clock"] == 1  # one batch trained by version 3: the admission clock survives
+    assert (stats.recovered_groups, stats.version, stats.accepted) == (4, 3, 6)
+    assert stats.clock == 1  # one batch trained by version 3: the admission clock survives
     batch = client.get_batch(4, timeout_s=5)
     assert batch.group_ids == ["g2", "g3", "g4", "g5"]  # unacked come back first, none twice
     assert batch.groups == groups[2:]
@@ -260,7 +260,7 @@ def test_crash_after_puts_and_an_unacked_get_loses_nothing(serve, tmp_path):
     client.set_version(4)
     restarted.kill()
     again = serve(port=port).client()
-    assert (again.stats()["pending_groups"], again.stats()["clock"]) == (0, 2)
+    assert (again.stats().pending_groups, again.stats().clock) == (0, 2)
     assert sorted(os.listdir(tmp_path / "run" / "buffer" / "groups")) == []
 
 
@@ -289,7 +289,7 @@ def test_expired_slots_give_their_place_back(serve):
     client = buf.client()
     assert client.acquire() != "" and client.acquire() == ""
     assert client.acquire(wait_s=5) != ""  # the first slot expired while waiting
-    assert client.stats()["slots_expired"] == 1
+    assert client.stats().slots_expired == 1
 
 
 def test_serve_command_refuses_a_public_bind_without_token(tmp_path):

@@ -87,15 +87,15 @@ def test_a_group_the_buffer_would_drop_is_cancelled_and_its_slot_freed(serve, ca
         # both episodes of the first group cancelled mid-generation, its slot freed without a put;
         # the group started in its place (at version 1) was trained-fresh and stored
         assert (gate.cancelled, stats.groups_cancelled_stale, stats.groups_put, dropped) == (2, 1, 1, 0)
-        assert after["groups_put"] == 1 and after["pending_groups"] == 1
+        assert after.groups_put == 1 and after.pending_groups == 1
         # rollout.oldest_first: the group started at version 0 ranks above the one started at 1
         assert gate.priorities == [PRIORITY_TOP] * 2 + [PRIORITY_TOP - 1] * 2
     else:
         # generated to the end, stored, then dropped: the generator's work on it was wasted
         assert (gate.cancelled, stats.groups_cancelled_stale, stats.groups_put, dropped) == (0, 0, 1, 1)
-        assert after["groups_put"] == 1 and after["pending_groups"] == 0
+        assert after.groups_put == 1 and after.pending_groups == 0
         assert gate.priorities == [None, None]
-    assert after["running"] == 0
+    assert after.running == 0
 
 
 def test_a_stopping_worker_cancels_its_groups_and_frees_their_slots(serve):
@@ -116,4 +116,4 @@ def test_a_stopping_worker_cancels_its_groups_and_frees_their_slots(serve):
         stats = asyncio.run(scenario(buffer))
         after = buffer.stats()
     assert (gate.cancelled, stats.groups_put, stats.groups_failed) == (4, 0, 0)
-    assert (after["running"], after["groups_put"]) == (0, 0)
+    assert (after.running, after.groups_put) == (0, 0)

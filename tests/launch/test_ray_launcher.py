@@ -76,7 +76,7 @@ def test_buffer_service_in_an_actor_serves_and_stops(local_ray, tmp_path):
             batch = client.get_batch(1, timeout_s=10)
             assert batch.group_ids == ["g0"]
             assert batch.table.column("input_ids").to_pylist() == [[5, 6, 7, 8]]
-            assert client.stats()["groups_put"] == 1
+            assert client.stats().groups_put == 1
         assert launcher.children["buffer"].alive()
     finally:
         launcher.stop_all()
@@ -99,7 +99,7 @@ def test_node_ip_bind_uses_a_per_run_token_from_the_environment(local_ray, tmp_p
         with pytest.raises(flight.FlightUnauthenticatedError):
             list(flight.FlightClient(url).do_action(flight.Action("stats", b"{}")))
         with BufferClient(url, token=token) as client:
-            assert client.stats()["groups_put"] == 0
+            assert client.stats().groups_put == 0
         pid = ray.get(launcher.actors["buffer"].pid.remote())
         assert token not in " ".join(psutil.Process(pid).cmdline())
         assert psutil.Process(pid).environ()["AREAL_MEM_BUFFER_TOKEN"] == token
@@ -135,7 +135,7 @@ def test_a_dead_restartable_process_is_restarted_in_its_actor(local_ray, tmp_pat
         second = ray.get(launcher.actors["buffer"].pid.remote())
         assert second != first and not running(first)
         with BufferClient(child.url) as client:  # the durable buffer serves again
-            assert client.stats()["groups_put"] == 0
+            assert client.stats().groups_put == 0
     finally:
         launcher.stop_all()
     assert not run_dir_processes(tmp_path)

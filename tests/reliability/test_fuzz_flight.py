@@ -151,8 +151,8 @@ def round_trip(buf) -> None:
         assert batch.table.select(CONTEXT_SCHEMA.names).equals(table.select(CONTEXT_SCHEMA.names))
         assert c.ack(batch.batch_id) == 1
         after = c.stats()
-    assert after["groups_put"] == before["groups_put"] + 1 and after["pending_groups"] == 0
-    assert after["running"] == 0 and after["outstanding_batches"] == 0
+    assert after.groups_put == before.groups_put + 1 and after.pending_groups == 0
+    assert after.running == 0 and after.outstanding_batches == 0
 
 
 def test_every_action_the_server_lists_is_fuzzed(raw, buf):
@@ -239,13 +239,13 @@ class _Touch:
 def test_bad_tables_are_refused_and_pickled_types_never_loaded(raw, buf, tmp_path):
     marker = str(tmp_path / "unpickled")
     with buf.client() as c:
-        before = c.stats()["groups_put"]
+        before = c.stats().groups_put
     for case, (table, needle) in _bad_tables("g-bad", marker).items():
         text = refused(lambda: _put_table(raw, buf.token, table, "g-bad"), needle)
         assert "nothing stored" in text, (case, text)
     assert not os.path.exists(marker), "the service unpickled data from the network"
     with buf.client() as c:
-        assert c.stats()["groups_put"] == before
+        assert c.stats().groups_put == before
     round_trip(buf)
 
 

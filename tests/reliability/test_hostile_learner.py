@@ -116,7 +116,7 @@ def test_the_trainer_quarantines_a_bad_group_and_never_sees_it_again(tmp_path, m
         assert "quarantined group 'b1'" in out and "field 'behav_logp'" in out and "quarantined group 'b3'" in out
         client.ack(batch_id)
         stats = client.stats()
-        assert (stats["groups_acked"], stats["pending_groups"], stats["outstanding_groups"]) == (4, 0, 0)
+        assert (stats.groups_acked, stats.pending_groups, stats.outstanding_groups) == (4, 0, 0)
     finally:
         client.close()
         svc.shutdown()
