@@ -162,6 +162,15 @@ def validate_group(table: pa.Table, group_id: str = "", vocab_size: int = 0, max
     the staleness window plus one push in flight). Every refusal names the group, the row (its
     trajectory and turn) and the field.
     """
+    _check_types(table)
+    gid = _group_id_of(table, group_id)
+    _check_values(table, gid, vocab_size, max_version)
+    _check_trajectories(table)
+    return gid
+
+
+def _check_types(table: pa.Table) -> None:
+    """Every contract column present with its type and no nulls; extra columns flat."""
     if table.num_rows == 0:
         raise SchemaError("the group has no rows")
     for field in CONTEXT_SCHEMA:
@@ -181,6 +190,10 @@ def validate_group(table: pa.Table, group_id: str = "", vocab_size: int = 0, max
                 f"extra column {name!r} is {table.schema.field(name).type}; extra "
                 f"columns must be flat bool/int64/float64/string"
             )
+
+
+def _group_id_of(table: pa.Table, group_id: str) -> str:
+    """The one non-empty group id of the rows (the put's, when it names one)."""
     gids = pc.unique(table.column("group_id"))
     if len(gids) != 1:
         raise SchemaError(f"a put holds exactly one group; got group ids {gids.to_pylist()[:5]}")
@@ -189,6 +202,11 @@ def validate_group(table: pa.Table, group_id: str = "", vocab_size: int = 0, max
         raise SchemaError("group_id is empty")
     if group_id and gid != group_id:
         raise SchemaError(f"rows carry group_id {gid!r} but the put names {group_id!r}")
+    return gid
+
+
+def _check_values(table: pa.Table, gid: str, vocab_size: int, max_version: Optional[int]) -> None:
+    """What the learner can train on: lengths, token ids, masks, log-probs, versions, rewards."""
 
     def where(i: int, name: str) -> str:
         return (
@@ -248,8 +266,6 @@ def validate_group(table: pa.Table, group_id: str = "", vocab_size: int = 0, max
     if bad.size:
         i = int(bad[0])
         raise SchemaError(f"{where(i, 'start_version')}: {start[i]} is outside 0..{top}")
-    _check_trajectories(table)
-    return gid
 
 
 def _check_tokens(table: pa.Table, name: str, is_bad, where, what: str) -> None:
