@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable
+from typing import Any, Coroutine, Optional
 
 
 class LoopThread:
@@ -15,11 +15,11 @@ class LoopThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name="learner-io", daemon=True)
         self._thread.start()
 
-    def submit(self, coro: Awaitable) -> concurrent.futures.Future:
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
         """Start `coro` now; `.result(timeout)` waits for it."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def run(self, coro: Awaitable, timeout: float = None) -> Any:
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: Optional[float] = None) -> Any:
         return self.submit(coro).result(timeout)
 
     def close(self) -> None:

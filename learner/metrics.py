@@ -116,13 +116,13 @@ class MetricsLogger:
     ) -> None:
         """`walltime`: when the logged state existed (default: now); an evaluation logs the time
         its version was trained, not when its result came, so curves line up with training's."""
-        if not self.enabled:
+        if self.writer is None or self.jsonl is None:  # not rank 0, or logging off
             return
         for k, v in metrics.items():
             self.writer.add_scalar(f"{prefix}/{k}", v, step, walltime=walltime)
-        for k, v in (histograms or {}).items():
-            if v:
-                self.writer.add_histogram(f"{prefix}/{k}", np.asarray(v), step)
+        for k, values in (histograms or {}).items():
+            if values:
+                self.writer.add_histogram(f"{prefix}/{k}", np.asarray(values), step)
         self.writer.flush()
         row = {"kind": prefix, "step": step, **({"time": walltime} if walltime is not None else {}), **metrics}
         self.jsonl.write(json.dumps(row) + "\n")
@@ -133,4 +133,5 @@ class MetricsLogger:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.jsonl is not None:
             self.jsonl.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 from tqdm import tqdm
 
@@ -17,6 +17,10 @@ from areal_mem.config.retriever import IndexKind, RetrieverConfig
 from .corpus import CorpusReader, index_text
 from .docstore import DocWriter
 from .manifest import MANIFEST, Manifest
+
+if TYPE_CHECKING:  # imported where used: each pulls in its own heavy library
+    from .dense import DenseIndexBuilder
+    from .sparse import BM25Builder
 
 
 def build_index(
@@ -41,6 +45,7 @@ def build_index(
 
     start = time.perf_counter()
     bar = tqdm(desc=f"index {kind.value}", unit="passage", disable=not show_progress)
+    builder: Union[DenseIndexBuilder, BM25Builder]
     if kind == IndexKind.dense:
         from .dense import DenseIndexBuilder
         from .encoder import Encoder

@@ -13,7 +13,8 @@ import gzip
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import IO, Iterator, List, Tuple
+from io import BufferedReader
+from typing import Iterator, List, Tuple, Union
 
 
 class CorpusError(ValueError):
@@ -43,7 +44,7 @@ def split_title(contents: str) -> Tuple[str, str]:
     return head.strip().strip('"'), rest
 
 
-def _open(path: str) -> IO[bytes]:
+def _open(path: str) -> Union[gzip.GzipFile, BufferedReader]:
     return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
 
 

@@ -79,14 +79,14 @@ class BM25Searcher:
 
     def _scores(self, tokens: List[int]) -> Tuple[np.ndarray, np.ndarray]:
         """Every document's score, and whether it holds any of the query's words."""
-        tokens = np.asarray(tokens, dtype=np.int64)
-        starts, lengths = self.indptr[tokens], self.indptr[tokens + 1] - self.indptr[tokens]
+        ids = np.asarray(tokens, dtype=np.int64)
+        starts, lengths = self.indptr[ids], self.indptr[ids + 1] - self.indptr[ids]
         pos = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths - starts, lengths)
         docs = self.indices[pos]
         out = np.bincount(docs, weights=self.data[pos], minlength=self.num_docs)
         matched = np.bincount(docs, minlength=self.num_docs) > 0
         if self.nonoccurrence is not None:
-            out += self.nonoccurrence[tokens].sum()
+            out += self.nonoccurrence[ids].sum()
         return out.astype(np.float32), matched
 
     def search(self, queries: List[str], k: int) -> Tuple[np.ndarray, np.ndarray]:

@@ -135,7 +135,8 @@ def init_model(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
-        rope_theta=10000.0,
+        # transformers 5 keeps these two as undeclared keyword arguments (rope parameters, dtype)
+        rope_theta=10000.0,  # type: ignore[call-arg]
         torch_dtype="float32",
     )
     torch.manual_seed(seed)

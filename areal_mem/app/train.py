@@ -227,19 +227,27 @@ class TrainPipeline:
             return final
         cfg = replace(self.cfg, model=replace(self.cfg.model, path=start_model))
         rl_config = save_resolved(cfg, os.path.join(cfg.run_dir, "rl_config.yaml"))
+        launcher: LocalLauncher
         if cfg.launcher.kind == LauncherKind.ray:
-            from .launch.ray_launcher import RayLauncher as Launcher
+            from .launch.ray_launcher import RayLauncher
+
+            launcher = RayLauncher(cfg, rl_config)
         else:
-            Launcher = LocalLauncher
-        launcher = Launcher(cfg, rl_config)
+            launcher = LocalLauncher(cfg, rl_config)
         bar = ProgressBar(cfg.run_dir, cfg.learner.steps)
+
+        def tick() -> None:
+            bar.update()
+            if on_tick is not None:
+                on_tick(launcher)
+
         with self.timed("rl"):
             try:
                 launcher.start_services()
                 launcher.start_learner()
                 launcher.start_workers()
                 launcher.start_evaluator()
-                code = launcher.supervise(on_tick=lambda: (bar.update(), on_tick and on_tick(launcher)))
+                code = launcher.supervise(on_tick=tick)
                 if code == 0 and cfg.eval.interval > 0:
                     print("[train] RL done; the evaluator finishes the versions still due ...", flush=True)
                     launcher.finish_evaluator(cfg.eval.drain_timeout_s, on_tick=bar.update)
@@ -329,6 +337,7 @@ class TrainPipeline:
         where a run's time goes, summed over the invocations of a resumed run."""
         seconds = time.time() - start
         stages = self.results.setdefault("stage_s", {})
+        assert isinstance(stages, dict)  # only this method and a resumed run's stage_s.json set it
         stages[name] = round(stages.get(name, 0.0) + seconds, 1)  # a resumed stage adds its time
         tmp = self.stage_times + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -72,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
 
     from .embedded.server import build_server, serve
 
-    e = g.embedded
-    if e.torch_threads > 0:
-        torch.set_num_threads(e.torch_threads)
-    server = build_server(model, e, token, args.weight_version, _weights_dirs(cfg, model))
+    emb = g.embedded
+    if emb.torch_threads > 0:
+        torch.set_num_threads(emb.torch_threads)
+    server = build_server(model, emb, token, args.weight_version, _weights_dirs(cfg, model))
     if args.paused:
         server.service.engine.pause("abort")
 
@@ -124,4 +124,5 @@ def _serve_sglang(
         signal.signal(sig, lambda *_: handle.stop())
     print(f"areal-mem generator: SGLang serving {model} on {handle.url}", flush=True)
     write_ready_file(ready_file, handle.url)
+    assert handle.child.proc is not None  # start_sglang_servers returns started children
     return handle.child.proc.wait()

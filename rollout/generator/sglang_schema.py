@@ -33,6 +33,8 @@ def load_sglang_api_types() -> ModuleType:
             f"sglang/api/v1/api_types.py not found under {list(spec.submodule_search_locations)}; {INSTALL_HINT}"
         )
     mod_spec = importlib.util.spec_from_file_location(_MODULE_NAME, path)
+    if mod_spec is None or mod_spec.loader is None:
+        raise ImportError(f"{path}: not loadable as a Python module; {INSTALL_HINT}")
     module = importlib.util.module_from_spec(mod_spec)
     sys.modules[_MODULE_NAME] = module  # msgspec resolves the structs' forward references through it
     mod_spec.loader.exec_module(module)

@@ -41,6 +41,12 @@ class SearchBackend(Protocol):
         """The `top_n` best documents for `query`, each at least {"id", "contents"}."""
 
 
+class ClosableBackend(SearchBackend, Protocol):
+    """A backend the process that made it closes when done (the retriever's client, a tape)."""
+
+    async def close(self) -> None: ...
+
+
 class WrappedBackend:
     """A backend around another (recording, replay): closing it closes the one inside."""
 

@@ -23,6 +23,7 @@ from .tape import TapeRecord
 class RecordingBackend(WrappedBackend):
     def __init__(self, inner: SearchBackend, path: str) -> None:
         super().__init__(inner)
+        self.inner: SearchBackend = inner  # a recording always has a backend to record
         self.path = path
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")

@@ -70,5 +70,7 @@ class ReplayBackend(WrappedBackend):
                 f"no recorded answer for the search {query!r} (top_n={top_n}) in {self.files[0]}{more}; "
                 f"record it (rollout.record_tools) or let misses reach the retriever (rollout.replay_fallback=true)"
             )
+        if self.inner is None:  # not reached: search_backend refuses replay_fallback without a retriever
+            raise ReplayMiss(f"no recorded answer for the search {query!r} and no retriever to ask")
         self.live += 1
         return await self.inner.search(query, top_n)

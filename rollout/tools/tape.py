@@ -14,7 +14,7 @@ import glob
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Tuple, Union
 
 
 class TapeError(ValueError):
@@ -35,7 +35,7 @@ class TapeRecord:
         return json.dumps(self.__dict__, ensure_ascii=False) + "\n"
 
 
-_TYPES = {
+_TYPES: Dict[str, Union[type, Tuple[type, ...]]] = {
     "query": str,
     "top_n": int,
     "docs": list,

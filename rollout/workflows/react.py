@@ -45,8 +45,9 @@ class ReActLoop(Workflow):
             message = prefix + text
             lengths.append(len(builder))
             calls = find_tool_calls(text)
-            end = self._action_end(result.finish_reason, calls, turn == ctx.limits.max_turns - 1)
-            if end is not None:
+            ended = self._action_end(result.finish_reason, calls, turn == ctx.limits.max_turns - 1)
+            if ended is not None:
+                end = ended
                 break
             tool_calls += len(calls)
             results = await execute_calls(calls, ctx.tools, ctx.tool_timeout_s)

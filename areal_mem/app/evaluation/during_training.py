@@ -163,15 +163,15 @@ class Evaluator:
     async def _loop(self, gen_urls: List[str]) -> int:
         from areal_mem.retriever.client import RetrieverClient
         from areal_mem.rollout.generator.client import client_from_config
-        from areal_mem.rollout.tools.backend import search_backend
+        from areal_mem.rollout.tools.backend import opened, search_backend
         from areal_mem.rollout.workflows import build_context
 
         cfg = self.cfg
         priority = None if self.own else cfg.eval.priority
         async with (
             client_from_config(cfg.generator, gen_urls, priority=priority) as generator,
-            search_backend(
-                cfg.rollout, RetrieverClient.from_config(cfg.retriever), cfg.run_dir, "evaluator"
+            opened(
+                search_backend(cfg.rollout, RetrieverClient.from_config(cfg.retriever), cfg.run_dir, "evaluator")
             ) as retriever,
         ):
             ctx = build_context(

@@ -52,16 +52,18 @@ def run_eval(cfg: RunConfig, progress: bool = True) -> Tuple[Dict[str, Any], str
 async def _run(cfg: RunConfig, workflow, tokenizer, tasks, gen_urls, ret_urls, out_dir, progress):
     from areal_mem.retriever.client import RetrieverClient
     from areal_mem.rollout.generator.client import client_from_config
-    from areal_mem.rollout.tools.backend import search_backend
+    from areal_mem.rollout.tools.backend import opened, search_backend
     from areal_mem.rollout.workflows import build_context
 
     async with (
         client_from_config(cfg.generator, gen_urls, tokenizer=tokenizer, generation_only=True) as generator,
-        search_backend(
-            cfg.rollout,
-            RetrieverClient.from_config(cfg.retriever, urls=ret_urls) if ret_urls else None,
-            cfg.run_dir,
-            "eval",
+        opened(
+            search_backend(
+                cfg.rollout,
+                RetrieverClient.from_config(cfg.retriever, urls=ret_urls) if ret_urls else None,
+                cfg.run_dir,
+                "eval",
+            )
         ) as retriever,
     ):
         ctx = build_context(

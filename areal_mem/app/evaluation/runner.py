@@ -61,7 +61,7 @@ def search_provenance(traj: Trajectory, task: Task, decode) -> Dict[str, bool]:
         decode([t for t, m in zip(c.input_ids[c.prompt_len :], c.loss_mask) if not m]) for c in traj.contexts
     )
     answer = normalize_answer(str(traj.info.get("answer") or ""))
-    found = {
+    found: Dict[str, Any] = {
         "golden_in_search": bool(substring_match(injected, task.golden_answers)),
         "answer_in_search": bool(answer) and answer in normalize_answer(injected),
     }

@@ -7,10 +7,10 @@ metrics (a plugin's, not question answering) has no EM, and a 0 would pass for a
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 
-def _mean(values: List[float]) -> float:
+def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 

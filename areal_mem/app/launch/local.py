@@ -23,7 +23,7 @@ import logging
 import os
 import signal
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Protocol, Tuple
 from urllib.parse import urlparse
 
 from areal_mem.config import RunConfig
@@ -43,18 +43,43 @@ from .plan import (
 log = logging.getLogger(__name__)
 
 
+class Supervised(Protocol):
+    """What the launcher supervises: a local `ChildProcess`, or the Ray launcher's process in an actor."""
+
+    name: str
+    log_path: str
+    url: str
+    restarts: int
+
+    @property
+    def returncode(self) -> Optional[int]: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    def alive(self) -> bool: ...
+
+    def signal_group(self, sig: int) -> None: ...
+
+    def stop(self, timeout_s: float = 15.0) -> Optional[int]: ...
+
+    def kill(self) -> None: ...
+
+    def failure(self, what: str) -> RuntimeError: ...
+
+
 class LocalLauncher:
     def __init__(self, cfg: RunConfig, config_path: str, poll_s: float = 1.0) -> None:
         self.cfg, self.config_path, self.poll_s = cfg, config_path, poll_s
         self.logs = os.path.join(cfg.run_dir, "logs")
-        self.children: Dict[str, ChildProcess] = {}
+        self.children: Dict[str, Supervised] = {}
         self.specs: Dict[str, ProcessSpec] = {}
-        self.learners: List[ChildProcess] = []
+        self.learners: List[Supervised] = []
         self.addresses = Addresses(list(cfg.retriever.urls), list(cfg.generator.urls), cfg.buffer.url)
         self._stopping = False
         self._restart_due: Dict[str, float] = {}  # name -> when a dead child restarts (backoff)
 
-    def _start(self, spec: ProcessSpec, argv: Optional[List[str]] = None) -> ChildProcess:
+    def _start(self, spec: ProcessSpec, argv: Optional[List[str]] = None) -> Supervised:
         argv = list(argv or spec.argv)
         ready = ready_file_path(spec.name) if spec.service else ""
         child = ChildProcess(
@@ -130,7 +155,7 @@ class LocalLauncher:
                 continue
             if failed:
                 log.error("%s", failed[0].failure("failed").args[0])
-                return failed[0].returncode
+                return failed[0].returncode or 1  # neither None nor 0: the learner failed
             if codes and codes[0] is not None:
                 return codes[0]
             now = time.monotonic()
@@ -145,7 +170,7 @@ class LocalLauncher:
                 on_tick()
             time.sleep(self.poll_s)
 
-    def _restart(self, name: str, child: ChildProcess) -> None:
+    def _restart(self, name: str, child: Supervised) -> None:
         limit = self.cfg.launcher.max_restarts
         if not self.cfg.launcher.restart_failed or child.restarts >= limit:
             raise child.failure(
@@ -178,11 +203,11 @@ class LocalLauncher:
         """The token the launcher's own calls to a generator carry."""
         return self.cfg.generator.token
 
-    def _learner_may_restart(self, child: ChildProcess) -> bool:
+    def _learner_may_restart(self, child: Supervised) -> bool:
         lc = self.cfg.launcher
         return lc.restart_learner and self.cfg.learner.resume.value == "auto" and child.restarts < lc.max_restarts
 
-    def _restart_learners(self, failed: ChildProcess) -> None:
+    def _restart_learners(self, failed: Supervised) -> None:
         """Every rank again (a torch.distributed job cannot lose one), on a fresh master port;
         the learner resumes from its last checkpoint and re-queues the batch it had not acked."""
         restarts = failed.restarts + 1

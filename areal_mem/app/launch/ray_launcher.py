@@ -23,11 +23,11 @@ import os
 import secrets
 import signal
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, cast
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from areal_mem.buffer.wire import TOKEN_ENV as BUFFER_TOKEN_ENV
@@ -68,7 +68,7 @@ class RemoteChild:
     def returncode(self) -> Optional[int]:
         if self._code is None:
             try:
-                self._code = ray.get(self.actor.poll.remote(), timeout=CALL_TIMEOUT_S)
+                self._code = cast(Optional[int], ray.get(self.actor.poll.remote(), timeout=CALL_TIMEOUT_S))
             except RayActorError:
                 self._code = LOST
             except GetTimeoutError:
@@ -125,7 +125,7 @@ class RayLauncher(LocalLauncher):
         self.retriever_nodes = sum(n.get("Resources", {}).get("retriever", 0) for n in nodes)
         self.actors: Dict[str, ray.actor.ActorHandle] = {}
         self._actor_serial = itertools.count()  # a replaced actor's name may not be free yet
-        self.pg = None
+        self.pg: Optional[PlacementGroup] = None
         log.info(
             "ray: %d node(s), services bind %s",
             len(nodes),
@@ -136,7 +136,7 @@ class RayLauncher(LocalLauncher):
     def actor_options(self, spec: ProcessSpec) -> dict:
         res = dict(spec.resources)
         cpus, gpus = res.pop("CPU", 1.0), res.pop("GPU", 0.0)
-        if role_of(spec.name) == "retriever" and getattr(self, "retriever_nodes", 0):
+        if role_of(spec.name) == "retriever" and getattr(self, "retriever_nodes", 0) > 0:
             res.setdefault("retriever", 1.0)
         role = self.cfg.launcher.ray_resources.get(role_of(spec.name))
         if role is not None:
@@ -167,13 +167,13 @@ class RayLauncher(LocalLauncher):
             )
             .remote(spec.name, os.path.join(self.logs, f"{spec.name}.log"))
         )
-        self.actors[spec.name] = actor
-        return actor
+        self.actors[spec.name] = cast(ray.actor.ActorHandle, actor)  # ray types .remote() as handle or class
+        return self.actors[spec.name]
 
     def _node_ip(self, spec: ProcessSpec) -> str:
         timeout = self.cfg.launcher.health_timeout_s
         try:
-            return ray.get(self.actors[spec.name].node_ip.remote(), timeout=timeout)
+            return cast(str, ray.get(self.actors[spec.name].node_ip.remote(), timeout=timeout))
         except GetTimeoutError:
             raise RuntimeError(
                 f"{spec.name}: Ray placed no actor with {self.actor_options(spec)} in "
@@ -183,7 +183,8 @@ class RayLauncher(LocalLauncher):
 
     # ---- LocalLauncher's hooks ----
     def _start(self, spec: ProcessSpec, argv: Optional[List[str]] = None) -> RemoteChild:
-        old = self.children.get(spec.name)
+        found = self.children.get(spec.name)
+        old = found if isinstance(found, RemoteChild) else None
         actor = self.actors.get(spec.name)
         if actor is None or (old is not None and old.actor is actor and old.returncode == LOST):
             # a lost actor comes back on the same node if that node still lives
@@ -200,10 +201,13 @@ class RayLauncher(LocalLauncher):
         child = RemoteChild(spec.name, self.actors[spec.name], os.path.join(self.logs, f"{spec.name}.log"), ip)
         self.children[spec.name], self.specs[spec.name] = child, spec
         try:
-            child.url = ray.get(
-                self.actors[spec.name].start.remote(
-                    argv, {**spec.env, **self.token_env}, spec.service, self.cfg.launcher.health_timeout_s
-                )
+            child.url = cast(
+                str,
+                ray.get(
+                    self.actors[spec.name].start.remote(
+                        argv, {**spec.env, **self.token_env}, spec.service, self.cfg.launcher.health_timeout_s
+                    )
+                ),
             )
         except ray.exceptions.RayTaskError as e:
             raise RuntimeError(f"{spec.name} on node {ip}: {e.cause}") from None
@@ -226,20 +230,20 @@ class RayLauncher(LocalLauncher):
             **({"GPU": opts["num_gpus"]} if opts["num_gpus"] else {}),
             **opts["resources"],
         }
-        self.pg = placement_group([dict(bundle) for _ in range(n)], strategy=lc.ray_learner_strategy.value)
+        self.pg = pg = placement_group([dict(bundle) for _ in range(n)], strategy=lc.ray_learner_strategy.value)
         try:
-            ray.get(self.pg.ready(), timeout=lc.health_timeout_s)
+            ray.get(pg.ready(), timeout=lc.health_timeout_s)
         except GetTimeoutError:
             raise RuntimeError(
                 f"learner: Ray could not reserve {n} x {bundle} ({lc.ray_learner_strategy.value}) "
                 f"in {lc.health_timeout_s:.0f}s; free: {ray.available_resources()}"
             ) from None
-        log.info("learner: %d rank(s) placed in placement group %s", n, self.pg.id.hex())
+        log.info("learner: %d rank(s) placed in placement group %s", n, pg.id.hex())
         for r, spec in enumerate(probe):
-            self._actor(spec, PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r))
+            self._actor(spec, PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r))
         master = self.actors[probe[0].name]
         addr = ray.get(master.node_ip.remote()) if self.bind_node_ip else "127.0.0.1"
-        port = ray.get(master.free_port.remote())
+        port = cast(int, ray.get(master.free_port.remote()))
         specs = learner_specs(self.cfg, self.config_path, self.addresses, addr, port)
         for spec in specs:
             spec.env.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")  # each actor sees only its own devices

@@ -133,14 +133,14 @@ def world_filters(
 FILTER_DEFAULTS: Dict[str, object] = {"hops": 2}
 
 
-def world_size(passages: int, questions: int, dev_fraction: float, test_fraction: float) -> Dict[str, object]:
+def world_size(passages: int, questions: int, dev_fraction: float, test_fraction: float) -> Dict[str, float]:
     """The sizes a world was asked for, as its manifest records them (the passages it has are
     about, not exactly, the number asked for)."""
     return {"passages": passages, "questions": questions, "dev_fraction": dev_fraction, "test_fraction": test_fraction}
 
 
 def check_built_world(
-    out_dir: str, filters: Dict[str, object], seed: Optional[int] = None, size: Optional[Dict[str, object]] = None
+    out_dir: str, filters: Dict[str, object], seed: Optional[int] = None, size: Optional[Dict[str, float]] = None
 ) -> None:
     """Raise when the world in `out_dir` was built with other question filters than `filters`
     (`world_filters`), from another seed than `seed` or with other sizes than `size`

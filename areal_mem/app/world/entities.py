@@ -132,7 +132,7 @@ def _distractors(rng: random.Random, real: List[Entity], count: int) -> List[Ent
     for target in rng.sample([e for e in real if e.kind in ("person", "city", "work")], min(count, len(real))):
         if target.kind == "person":
             occ = rng.choice([o for o in OCCUPATIONS if o != target.attrs["occupation"]])
-            attrs = {
+            attrs: Dict[str, Value] = {
                 "born": rng.randint(1700, 1990),
                 "birthplace": rng.choice(cities).name,
                 "occupation": occ,
