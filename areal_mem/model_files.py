@@ -19,7 +19,7 @@ from .config import ConfigError
 
 # what a hub id looks like ("org/name"); anything else must be a folder here
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-SYSTEM_DIRS = ("/proc/", "/sys/", "/dev/")
+SYSTEM_DIRS = ("/proc/", "/sys/", "/dev/", "/etc/", "/boot/")
 KINDS = {
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
@@ -31,7 +31,7 @@ KINDS = {
 
 def not_a_regular_file(path: str) -> Optional[str]:
     """Why `path` must not be read as a file (a device, FIFO, socket, folder, a link to one or
-    to nothing, or into /proc, /sys, /dev); None when it is a regular file. Opens nothing."""
+    to nothing, or into the system folders); None when it is a regular file. Opens nothing."""
     real = os.path.realpath(path)
     link = f" (a link to {real})" if os.path.islink(path) else ""
     try:

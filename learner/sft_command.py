@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from .sft import run_sft
     from .sft_data import SFTDataError, read_all
 
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, model=True)
     try:
         rows = read_all(list(cfg.learner.sft.data) + list(args.data))
     except SFTDataError as e:

@@ -32,6 +32,8 @@ class GGUFHeader:
     version: int
     metadata: Dict[str, Any] = field(default_factory=dict)  # arrays as their length only
     tensors: List[Tuple[str, List[int], int]] = field(default_factory=list)  # name, shape, ggml type
+    offsets: Dict[str, int] = field(default_factory=dict)  # tensor name -> offset in the data
+    data_start: int = 0  # where the tensor data begins in the file
 
     def elements(self) -> int:
         total = 0
@@ -134,7 +136,8 @@ def read_header(path: str, max_header_bytes: int) -> GGUFHeader:
     align = header.metadata.get("general.alignment", ALIGNMENT)
     if not isinstance(align, int) or not 1 <= align <= 1 << 20:
         raise GGUFRefused(f"{path}: general.alignment {align!r} is not in 1..{1 << 20}")
-    start = -(-cur.pos // align) * align  # tensor data begins here
+    start = header.data_start = -(-cur.pos // align) * align  # tensor data begins here
+    header.offsets = {name: off for (name, _, _), off in zip(header.tensors, offsets)}
     for (name, shape, ttype), offset in zip(header.tensors, offsets):
         try:
             block, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]

@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     from areal_mem.config import ConfigError, save_resolved
     from areal_mem.config.learner import PublisherKind
 
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, model=True)
     if not cfg.buffer.url:
         raise ConfigError(
             "buffer.url is empty: the learner needs a running buffer "

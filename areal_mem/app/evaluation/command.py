@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         if flag is not None:
             overrides.append(f"{key}={flag}")
     args.overrides = overrides
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, model=True)
     # before any server starts: the retriever it may start over a dense index needs faiss
     replay_only = bool(cfg.rollout.replay_tools) and not cfg.rollout.replay_fallback
     require_extras(cfg, launcher=False, retriever=not replay_only, curve=False)
