@@ -19,15 +19,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from areal_mem.model_files import check_model_path
+
     from .sft import run_sft
     from .sft_data import SFTDataError, read_all
 
-    cfg = config_from_args(args, model=True)
+    cfg = config_from_args(args)
     try:
         rows = read_all(list(cfg.learner.sft.data) + list(args.data))
     except SFTDataError as e:
         print(f"areal-mem sft: {e}", file=sys.stderr)
         return 2
+    check_model_path(cfg.model.path)  # by key, before DeepSpeed starts
     state = run_sft(cfg, rows)
     print(f"[sft] done: {state.step} steps over {len(rows)} rows", flush=True)
     return 0

@@ -168,14 +168,22 @@ def test_the_limits_are_flags(tmp_path, capsys):
     assert ImportLimits().max_header_mb == 32 and ImportLimits().max_gb == 16
 
 
-@pytest.mark.parametrize("command", ["eval", "learner", "sft"])
+COMMANDS = {  # each with what it checks before the model
+    "eval": [],
+    "rollout": [],
+    "learner": ["buffer.url=grpc://127.0.0.1:1", "learner.publish.kind=none"],
+    "train": [],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_model_path_that_holds_no_model_is_refused_by_key(command, tmp_path, capsys):
     missing = str(tmp_path / "runs" / "model")
-    assert main([command, f"model.path={missing}"]) == 2
+    assert main([command, *COMMANDS[command], f"model.path={missing}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"key 'model.path' = '{missing}': no such folder" in err, err
     (tmp_path / "empty").mkdir()
-    assert main([command, f"model.path={tmp_path / 'empty'}"]) == 2
+    assert main([command, *COMMANDS[command], f"model.path={tmp_path / 'empty'}"]) == 2
     assert "not a model folder: it holds no config.json" in capsys.readouterr().err
 
 
