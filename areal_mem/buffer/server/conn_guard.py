@@ -16,12 +16,19 @@ TCP_INFO: bytes received, milliseconds since data last moved) and shuts down:
 
 gRPC sees the shutdown as the peer leaving and frees the connection. A shut-down honest
 connection costs its client one reconnect, which the client's retry covers.
+
+The guard itself needs file handles to look (the /proc files, a dup of each socket): the service
+raises its soft handle limit to the hard one (1,024 is a common soft limit; floods from one
+address stay far below any limit under the cap), and the guard holds a few spare handles that
+it gives up for a scan that found none left.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import resource
 import socket
 import struct
 import threading
@@ -36,6 +43,7 @@ ESTABLISHED = "01"
 # struct tcp_info (linux/tcp.h): u32 tcpi_last_data_sent at 44, tcpi_last_data_recv at 52,
 # u64 tcpi_bytes_received at 128 (kernel >= 4.1)
 TCP_INFO_LEN = 136
+SPARE_HANDLES = 8
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,7 @@ def connections(port: int) -> Dict[int, str]:
                     cols = line.split()
                     if cols[3] == ESTABLISHED and int(cols[1].split(":")[1], 16) == port:
                         out[int(cols[9])] = _hex_addr(cols[2])
-        except OSError:
+        except FileNotFoundError:  # no IPv6
             continue
     return out
 
@@ -129,6 +137,19 @@ def _shut(fd: int, inode: int) -> bool:
             os.close(dup)
 
 
+def raise_handle_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit; the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            return want
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 class ConnectionGuard:
     """The thread that applies `limits` to the connections of `port` (module docstring)."""
 
@@ -138,6 +159,15 @@ class ConnectionGuard:
         self.closed = {"first_byte": 0, "idle": 0, "per_address": 0}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="flight-conn-guard", daemon=True)
+        self._spare: List[int] = []
+        self._reserve()
+
+    def _reserve(self) -> None:
+        try:
+            while len(self._spare) < SPARE_HANDLES:
+                self._spare.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
 
     def start(self) -> ConnectionGuard:
         self._thread.start()
@@ -145,11 +175,23 @@ class ConnectionGuard:
 
     def stop(self) -> None:
         self._stop.set()
+        for fd in self._spare:
+            os.close(fd)
+        self._spare = []
 
     def _run(self) -> None:
         while not self._stop.wait(self.limits.scan_s):
             try:
-                self.scan()
+                try:
+                    self.scan()
+                except OSError as e:
+                    if e.errno != errno.EMFILE or not self._spare:
+                        raise
+                    for fd in self._spare:  # out of handles (the flood took them): use the spares
+                        os.close(fd)
+                    self._spare = []
+                    self.scan()
+                    self._reserve()
             except Exception:  # noqa: BLE001 - the guard must outlive one bad scan
                 log.exception("connection guard scan failed")
 

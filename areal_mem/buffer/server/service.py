@@ -49,7 +49,7 @@ from ...security import check_bind, token_matches
 from ...staleness import StalenessManager
 from ..schema import CONTEXT_SCHEMA, SchemaError, concat_groups, validate_group
 from ..wire import BATCH_META
-from .conn_guard import ConnectionGuard, ConnLimits
+from .conn_guard import ConnectionGuard, ConnLimits, raise_handle_limit
 from .store import GroupEntry, GroupStore, start_version
 
 log = logging.getLogger(__name__)
@@ -136,6 +136,7 @@ class BufferService(flight.FlightServerBase):
         netloc = f"[{cfg.host}]" if ":" in cfg.host else cfg.host  # an IPv6 address
         super().__init__(f"grpc://{netloc}:{cfg.port}", middleware=middleware)
         self.url = f"grpc://{netloc}:{self.port}"
+        raise_handle_limit()
         limits = ConnLimits(cfg.conn_first_byte_s, cfg.conn_idle_s, cfg.max_connections_per_address)
         self.conn_guard = ConnectionGuard(self.port, limits).start()
 
