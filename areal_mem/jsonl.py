@@ -23,4 +23,6 @@ def iter_jsonl(path: str, error: Type[Exception] = ValueError) -> Iterator[Tuple
                 raise error(f"{path}:{lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
             except RecursionError:
                 raise error(f"{path}:{lineno}: not valid JSON (nested too deeply)") from None
+            except ValueError as e:  # e.g. an integer of more than 4,300 digits (Python's limit)
+                raise error(f"{path}:{lineno}: not valid JSON ({str(e)[:200]})") from None
             yield f"{path}:{lineno}", record

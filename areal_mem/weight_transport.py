@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+from .dist_bind import gloo_on, master_store
+
 NamedTensors = Sequence[Tuple[str, torch.Tensor]]
 
 
@@ -91,9 +93,8 @@ class WeightGroup:
             # Rank 0 serves the store itself (a tcp:// rendezvous would, under torchrun, become a
             # client of the launcher's store and no one would serve the weight group's); it does
             # not wait for the workers' registration: the group's own set-up waits for them.
-            store: dist.Store = dist.TCPStore(
-                master_address, master_port, world_size, is_master=True, timeout=timeout, wait_for_workers=False
-            )
+            # It listens on master_address only (torch's own store listens on every interface).
+            store: dist.Store = master_store(master_address, master_port, world_size, timeout, wait_for_workers=False)
         else:
             # A generator rank joins exactly as SGLang's `init_custom_process_group` does: torch's
             # tcp:// rendezvous, whose client registers as a worker, so a trainer whose store
@@ -102,16 +103,17 @@ class WeightGroup:
             store, _, _ = next(c10d.rendezvous(url, rank, world_size, timeout=timeout))
             store.set_timeout(timeout)
         store = c10d.PrefixStore(group_name, store)
-        pg, _ = c10d._new_process_group_helper(
-            world_size,
-            rank,
-            [],
-            c10d.Backend(backend),
-            store,
-            group_name=group_name,  # type: ignore[arg-type]  # torch types it as GroupName, a NewType of str
-            backend_options=None,
-            timeout=timeout,
-        )
+        with gloo_on(master_address):  # a local master address: gloo binds its interface only
+            pg, _ = c10d._new_process_group_helper(
+                world_size,
+                rank,
+                [],
+                c10d.Backend(backend),
+                store,
+                group_name=group_name,  # type: ignore[arg-type]  # torch types it as GroupName, a NewType of str
+                backend_options=None,
+                timeout=timeout,
+            )
         c10d._world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
         return cls(pg, rank, world_size, group_name, backend)
 

@@ -19,6 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from areal_mem.model_files import check_model_path
+
     from .sft import run_sft
     from .sft_data import SFTDataError, read_all
 
@@ -28,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     except SFTDataError as e:
         print(f"areal-mem sft: {e}", file=sys.stderr)
         return 2
+    check_model_path(cfg.model.path)  # by key, before DeepSpeed starts
     state = run_sft(cfg, rows)
     print(f"[sft] done: {state.step} steps over {len(rows)} rows", flush=True)
     return 0

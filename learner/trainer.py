@@ -157,9 +157,8 @@ class Trainer:
                 m["probe_max_diff"] = push.probe_max_diff
             if push.verify_s is not None:
                 m["push_verify_s"] = push.verify_s
-            if self.leader and self.buffer is not None:
-                # the new version makes groups waiting in the buffer stale: they count too
-                m["dropped_stale"] += self.buffer.set_version(self.state.version)["dropped_stale"]
+            # the new version makes groups waiting in the buffer stale: they count too
+            m["dropped_stale"] += self._tell_buffer()
             handoff_s = self.hand_to_evaluator()
             if handoff_s:
                 m["eval_handoff_s"] = handoff_s
@@ -169,6 +168,36 @@ class Trainer:
         if self.state.step % self.lcfg.checkpoint_interval == 0:
             self.ckpt.save(self.engine, self.state)
         return m
+
+    def _tell_buffer(self) -> int:
+        """Give the buffer the pushed version; the groups it dropped as stale (rank 0).
+
+        Any holder of the buffer's token may move its version; one that moved it ahead of the
+        learner gets the learner's next `set_version` refused. The learner says so and does what a
+        restart does (`start`): pushes its weights again under the buffer's version + 1, so the
+        versions agree again and training goes on (every rank takes part in the push)."""
+        dropped = ahead = 0
+        if self.leader and self.buffer is not None:
+            from areal_mem.buffer.client import BufferRefusedError
+
+            try:
+                dropped = self.buffer.set_version(self.state.version)["dropped_stale"]
+            except BufferRefusedError as e:
+                ahead = self.buffer.stats().version
+                if ahead <= self.state.version:
+                    raise
+                print(
+                    f"[learner] the buffer refused version {self.state.version} ({e}): another caller moved it to "
+                    f"{ahead}; pushing these weights again as version {ahead + 1}",
+                    flush=True,
+                )
+        ahead = int(D.broadcast_floats([ahead])[0])
+        if ahead > self.state.version and self.publisher is not None:
+            self.state.version = ahead + 1
+            self.publisher.publish(self.state.version)
+            if self.leader and self.buffer is not None:
+                dropped += self.buffer.set_version(self.state.version)["dropped_stale"]
+        return dropped
 
     def _stop_agreed(self) -> bool:
         """Stop when any rank was asked to (all ranks must leave the loop together)."""

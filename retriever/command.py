@@ -180,6 +180,7 @@ def _import(args: argparse.Namespace) -> int:
         reference=args.reference,
         sample=args.sample,
         show_progress=not args.quiet,
+        max_passage_bytes=rc.max_passage_bytes,
     )
     imp = m.imported
     print(
@@ -225,6 +226,7 @@ def _serve(args: argparse.Namespace) -> int:
         faiss=rc.faiss,
         device=rc.encoder.device,
         dtype=rc.encoder.dtype,
+        max_passage_bytes=rc.max_passage_bytes,
     )
     serve(index, rc, ready_file=args.ready_file)
     return 0

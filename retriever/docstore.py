@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +24,24 @@ from .corpus import Passage, parse_line
 
 DOCS = "docs.arrow"
 OFFSETS = "offsets.u64"  # little-endian uint64 byte offset of each passage line of the corpus
+SPAN_CHUNK = 1 << 20  # rows per step when finding the longest passage (8 MiB of offsets)
+
+
+def longest_span(offsets: np.ndarray, end: int) -> Tuple[int, int]:
+    """(row, bytes) of the longest span between consecutive `offsets` (the last one ends at
+    `end`), read in chunks so that 21M rows take no 168 MB temporary; (-1, 0) when empty."""
+    best_row, best, n = -1, 0, len(offsets)
+    for s in range(0, n, SPAN_CHUNK):
+        e = min(n, s + SPAN_CHUNK)
+        starts = offsets[s:e].astype(np.int64)
+        ends = np.append(offsets[s + 1 : e].astype(np.int64), np.int64(end) if e == n else np.int64(offsets[e]))
+        spans = ends - starts
+        i = int(np.argmax(spans))
+        if spans[i] > best:
+            best_row, best = s + i, int(spans[i])
+    return best_row, best
+
+
 SCHEMA = pa.schema([("id", pa.string()), ("contents", pa.large_string()), ("extra", pa.large_string())])
 
 
@@ -68,6 +86,18 @@ class DocStore:
     def __len__(self) -> int:
         return self._starts[-1]
 
+    def longest(self) -> Tuple[int, int]:
+        """(row, bytes) of the longest `contents`, from the column's offsets alone."""
+        best_row, best = -1, 0
+        for j, col in enumerate(self._contents):
+            if len(col) == 0:
+                continue
+            offsets = np.frombuffer(col.buffers()[1], dtype=np.int64)[col.offset : col.offset + len(col) + 1]
+            row, n = longest_span(offsets[:-1], int(offsets[-1]))
+            if n > best:
+                best_row, best = self._starts[j] + row, n
+        return best_row, best
+
     def get(self, rows: Sequence[int]) -> List[dict]:
         """Documents of `rows`, in that order."""
         out = []
@@ -102,6 +132,10 @@ class OffsetDocStore:
 
     def __len__(self) -> int:
         return len(self._offsets)
+
+    def longest(self) -> Tuple[int, int]:
+        """(row, bytes) of the longest passage line (newline included), from the offsets alone."""
+        return longest_span(self._offsets, os.fstat(self._fd).st_size)
 
     def line(self, row: int) -> bytes:
         """The raw bytes of passage `row`'s line, without its newline."""

@@ -98,7 +98,9 @@ def scan_corpus(path: str, offsets_path: str, progress: Optional[Callable[[int],
             for i in np.flatnonzero(blank):  # white space first: blank only if nothing else follows
                 peek.seek(pos + int(starts[i]))
                 blank[i] = not peek.readline().strip()
-            kept = (starts[~blank] + pos).astype("<u8")
+            lines = starts[~blank]
+            _check_line_starts(path, arr, lines, pos, count)
+            kept = (lines + pos).astype("<u8")
             kept.tofile(out)
             count += len(kept)
             pos += len(block)
@@ -108,9 +110,24 @@ def scan_corpus(path: str, offsets_path: str, progress: Optional[Callable[[int],
     return "sha256:" + sha.hexdigest(), count
 
 
+def _check_line_starts(path: str, arr: np.ndarray, lines: np.ndarray, pos: int, count: int) -> None:
+    """Every passage line begins with `{` (after white space): an offset that points elsewhere
+    (a line cut in two, binary junk) is refused here, at its row, not at the query that reads it."""
+    first = arr[lines]
+    odd = np.flatnonzero(first != ord("{"))
+    for i in odd:
+        at = pos + int(lines[i])
+        with open(path, "rb") as g:
+            g.seek(at)
+            if g.readline(4096).lstrip()[:1] != b"{":
+                raise CorpusError(f"{path} row {count + int(i)} (byte {at}): a passage line must be a JSON object")
+
+
 def _place(src: str, out_dir: str, name: str, reference: bool) -> Tuple[str, str]:
-    """Hard-link `src` into `out_dir/name` when allowed, else reference it: (path to record, how)."""
-    src = os.path.abspath(src)
+    """Hard-link `src` into `out_dir/name` when allowed, else reference it: (path to record, how).
+    A symbolic link is resolved first: a hard link to a relative link would point nowhere from
+    `out_dir` (it was reported "imported (hardlink)" and then refused at serve as gone)."""
+    src = os.path.realpath(src)
     dst = os.path.join(out_dir, name)
     if os.path.lexists(dst):
         if os.path.samefile(dst, src):
@@ -205,6 +222,7 @@ def import_index(
     sample: int = SAMPLE,
     show_progress: bool = True,
     log: Callable[[str], object] = print,
+    max_passage_bytes: int = 1 << 20,
 ) -> Manifest:
     """Check and import; writes `offsets.u64`, the links (or references) and `manifest.json` last.
 
@@ -248,6 +266,11 @@ def import_index(
         )
     if count == 0:
         raise IndexMismatchError(f"{corpus_path}: empty corpus, nothing to import")
+    docs = OffsetDocStore(corpus_path, os.path.join(out_dir, OFFSETS))
+    try:
+        check_passage_length(docs, max_passage_bytes)
+    finally:
+        docs.close()
 
     check_cfg = dataclasses.replace(encoder_cfg, dtype=Dtype.float32)  # the check compares at full precision
     encoder = Encoder(check_cfg)
@@ -296,6 +319,7 @@ def import_index(
                 "file": index_file,
                 "linked": index_how,
                 "size": os.path.getsize(faiss_path),
+                "mtime_ns": os.stat(faiss_path).st_mtime_ns,
                 "header_sha256": header_checksum(faiss_path),
                 **info,
             },
@@ -304,6 +328,7 @@ def import_index(
                 "file": corpus_file,
                 "linked": corpus_how,
                 "size": size,
+                "mtime_ns": os.stat(corpus_path).st_mtime_ns,
                 "lines": count,
                 "checksum": checksum,
             },
@@ -337,6 +362,18 @@ def _refusal(faiss_path, index, rows, texts, cfg: EncoderConfig, encoder, result
     return "\n".join(lines)
 
 
+def check_passage_length(docs, max_bytes: int) -> None:
+    """Refuse a docstore whose longest passage is over `max_bytes` (retriever.max_passage_bytes),
+    from its offsets alone: one 100 MB passage made every search that found it a 102 MB answer."""
+    row, n = docs.longest()
+    if n > max_bytes:
+        where = getattr(docs, "path", "the index's docs.arrow")
+        raise IndexMismatchError(
+            f"{where} row {row}: a passage of {n} bytes, over retriever.max_passage_bytes = {max_bytes}; split "
+            f"or drop it, or raise the limit"
+        )
+
+
 def check_imported(index_dir: str, manifest: Manifest) -> Tuple[str, str]:
     """Before serving an imported index: its files are there, the same size, the index's header
     unchanged. Returns (faiss file, corpus file). Hashing them whole would take minutes."""
@@ -349,11 +386,17 @@ def check_imported(index_dir: str, manifest: Manifest) -> Tuple[str, str]:
                 f"{index_dir}: the imported {part} file {path} is gone (imported from {rec[part]['source']}); "
                 f"import again"
             )
-        size = os.path.getsize(path)
-        if size != rec[part]["size"]:
+        st = os.stat(path)
+        if st.st_size != rec[part]["size"]:
             raise IndexMismatchError(
-                f"{path}: {size} bytes, but the import recorded {rec[part]['size']}: the {part} file changed "
+                f"{path}: {st.st_size} bytes, but the import recorded {rec[part]['size']}: the {part} file changed "
                 f"since `areal-mem retriever import`; import again"
+            )
+        # an import before mtimes were recorded has none: its size and header are all there is
+        if rec[part].get("mtime_ns", st.st_mtime_ns) != st.st_mtime_ns:
+            raise IndexMismatchError(
+                f"{path}: modified since `areal-mem retriever import` (mtime {st.st_mtime_ns} ns, recorded "
+                f"{rec[part]['mtime_ns']} ns; the same size, so rewritten in place): import again"
             )
         paths.append(path)
     header = header_checksum(paths[0])

@@ -51,6 +51,7 @@ def load_index(
     faiss: Optional[FaissConfig] = None,
     device: str = "cpu",  # for the encoder named by the manifest
     dtype: Dtype | str = Dtype.float32,  # likewise
+    max_passage_bytes: int = 1 << 20,  # retriever.max_passage_bytes: a longer passage is refused
 ) -> Index:
     """Open `index_dir`; refuse it if `corpus_path` or the encoder does not match its manifest.
 
@@ -71,6 +72,9 @@ def load_index(
         docs = DocStore(index_dir)
     else:
         raise IndexMismatchError(f"{index_dir}: unknown docstore {manifest.docstore!r} in its manifest")
+    from .importer import check_passage_length
+
+    check_passage_length(docs, max_passage_bytes)
     if len(docs) != manifest.count:
         raise IndexMismatchError(
             f"{index_dir}: the {manifest.docstore} docstore holds {len(docs)} documents, manifest says {manifest.count}"

@@ -20,7 +20,7 @@ ENCODER_KEYS = ("fingerprint", "dim", "pooling", "normalize", "query_prefix", "p
 # Where and how fast it was built, not what it answers: left out of the checksum.
 NOT_IDENTITY = ("corpus_path", "build_seconds")
 # In an import record: where the files sit and how the import went, not what they hold.
-IMPORT_NOT_IDENTITY = ("source", "file", "linked", "check", "offsets")
+IMPORT_NOT_IDENTITY = ("source", "file", "linked", "check", "offsets", "mtime_ns")
 
 
 class IndexMismatchError(ValueError):

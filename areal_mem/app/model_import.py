@@ -27,6 +27,9 @@ from typing import Any, Dict, List
 
 from areal_mem import extras
 
+from . import import_checks as checks
+from .import_checks import ImportLimits, ImportRefused
+
 HELP = "import a model (a .gguf file, a transformers folder, or smollm2-135m-instruct) as a folder every service loads"
 
 RECORD = "areal_mem_import.json"
@@ -46,10 +49,6 @@ KNOWN = {
 }
 
 
-class ImportRefused(Exception):
-    """The source cannot become a model folder; the message says why and what to do."""
-
-
 @dataclass
 class ImportRecord:
     """What `RECORD` holds: the source as found, and what the import changed."""
@@ -67,7 +66,7 @@ class ImportRecord:
 def sha256_of(path: str) -> str:
     """The sha256 of a file, or of a folder's files (name and bytes, in sorted order)."""
     digest = hashlib.sha256()
-    files = [path] if os.path.isfile(path) else sorted(_files(path))
+    files = [path] if os.path.isfile(path) else list(checks.files_of(path))
     for name in files:
         if os.path.isdir(path):
             digest.update(os.path.relpath(name, path).encode() + b"\0")
@@ -75,12 +74,6 @@ def sha256_of(path: str) -> str:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
-
-
-def _files(folder: str):
-    for root, _, names in os.walk(folder):
-        for name in names:
-            yield os.path.join(root, name)
 
 
 def locate_known(name: str) -> str:
@@ -98,16 +91,15 @@ def locate_known(name: str) -> str:
     return path
 
 
-def gguf_architecture(path: str) -> tuple[str, Counter]:
-    """The GGUF header's `general.architecture` and its tensor types, read without loading tensors."""
-    from gguf import GGUFReader
+def gguf_architecture(path: str, limits: ImportLimits = ImportLimits()) -> tuple[str, Counter]:
+    """The GGUF header's `general.architecture` and its tensor types, from the checked header."""
+    from gguf.constants import GGMLQuantizationType
 
-    reader = GGUFReader(path)
-    arch_field = reader.fields.get("general.architecture")
-    if arch_field is None:
-        raise ImportRefused(f"{path}: the GGUF header has no general.architecture")
-    arch = bytes(arch_field.parts[arch_field.data[0]]).decode("utf-8")
-    return arch, Counter(t.tensor_type.name for t in reader.tensors)
+    try:
+        header = checks.read_header(path, limits.max_header_bytes)
+    except checks.GGUFRefused as e:
+        raise ImportRefused(str(e)) from None
+    return header.metadata["general.architecture"], Counter(GGMLQuantizationType(t).name for _, _, t in header.tensors)
 
 
 def check_markup(tokenizer: Any) -> Dict[str, int]:
@@ -120,13 +112,13 @@ def check_markup(tokenizer: Any) -> Dict[str, int]:
         raise ImportRefused(str(e)) from None
 
 
-def _load_gguf(path: str, record: ImportRecord):
+def _load_gguf(path: str, record: ImportRecord, limits: ImportLimits):
     """The de-quantised model (a fresh, unquantised instance) and the tokenizer of a GGUF file."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    arch, tensor_types = gguf_architecture(path)
+    arch, tensor_types = gguf_architecture(path, limits)
     if arch not in GGUF_SUPPORTED_ARCHITECTURES or arch in ("general", "tokenizer"):
         raise ImportRefused(
             f"{path}: GGUF architecture {arch!r} cannot be de-quantised by transformers "
@@ -155,11 +147,22 @@ def _load_gguf(path: str, record: ImportRecord):
     return model, tokenizer
 
 
+def _check_source(path: str, is_gguf: bool, limits: ImportLimits) -> None:
+    """Everything that can be known before hashing and loading (import_checks.py)."""
+    checks.check_files(path)
+    if is_gguf:
+        checks.check_gguf(path, limits)
+        return
+    if not os.path.isdir(path) or not os.path.isfile(os.path.join(path, "config.json")):
+        raise ImportRefused(f"{path}: not a transformers model folder (no config.json)")
+    checks.check_shard_index(path)
+    checks.check_safetensors(path, limits)
+    checks.check_config_size(path, limits)
+
+
 def _load_folder(path: str, record: ImportRecord):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise ImportRefused(f"{path}: not a transformers model folder (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     record.converted.append("weights rewritten as safetensors in the stored dtype")
@@ -175,7 +178,7 @@ def _version(dist: str) -> str:
         return ""
 
 
-def import_model(src: str, out_dir: str, log=print) -> ImportRecord:
+def import_model(src: str, out_dir: str, log=print, limits: ImportLimits = ImportLimits()) -> ImportRecord:
     """Write `src` as a model folder in `out_dir` (created; refused when it holds files already)."""
     import torch
     from transformers import GenerationConfig
@@ -191,12 +194,21 @@ def import_model(src: str, out_dir: str, log=print) -> ImportRecord:
     is_gguf = kind in ("name", "gguf")
     if is_gguf:  # before the minutes of hashing and loading
         extras.require("gguf", ["gguf", "accelerate"], "importing a GGUF file")
+    _check_source(path, is_gguf, limits)
     log(f"[model import] hashing {path}")
     source = {"given": src, "kind": kind, "path": path, "sha256": sha256_of(path)}
-    source["bytes"] = os.path.getsize(path) if os.path.isfile(path) else sum(os.path.getsize(f) for f in _files(path))
+    source["bytes"] = (
+        os.path.getsize(path) if os.path.isfile(path) else sum(os.path.getsize(f) for f in checks.files_of(path))
+    )
     record = ImportRecord(source=source, architecture="", model_type="", parameters=0, dtype="")
     log(f"[model import] loading {kind} {path}")
-    model, tokenizer = _load_gguf(path, record) if is_gguf else _load_folder(path, record)
+    try:
+        model, tokenizer = _load_gguf(path, record, limits) if is_gguf else _load_folder(path, record)
+    except ImportRefused:
+        raise
+    except Exception as e:  # noqa: BLE001 - what a loader raises on a file it cannot read is a refusal
+        raise checks.refusal_of(path, e) from None
+    checks.check_finite(model, path)
     record.stop_tokens = check_markup(tokenizer)
     eos = record.stop_tokens["<|im_end|>"]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
@@ -226,11 +238,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("import", help=HELP, description=HELP)
     p.add_argument("src", help=f"a .gguf file, a transformers folder, or one of: {', '.join(sorted(KNOWN))}")
     p.add_argument("--out", required=True, help="the model folder to write (new or empty)")
+    default = ImportLimits()
+    p.add_argument(
+        "--max-gb",
+        type=float,
+        default=default.max_gb,
+        help=f"refuse a model whose float32 weights would take more GiB (default {default.max_gb:g})",
+    )
+    p.add_argument(
+        "--max-header-mb",
+        type=float,
+        default=default.max_header_mb,
+        help=f"refuse a GGUF or safetensors header larger than this (default {default.max_header_mb:g} MiB)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        record = import_model(args.src, args.out)
+        record = import_model(args.src, args.out, limits=ImportLimits(args.max_gb, args.max_header_mb))
     except ImportRefused as e:
         print(f"areal-mem model import: {e}", file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ from typing import Callable, Dict, Iterator, List, Optional
 from areal_mem.config import ConfigError, RunConfig, save_resolved
 from areal_mem.config.arguments import add_config_arguments, config_from_args
 from areal_mem.config.launcher import LauncherKind
+from areal_mem.model_files import check_model_path
 from areal_mem.process import cli_command
 
 HELP = "run a training recipe end to end: world, model, index, SFT warm start, async RL, eval"
@@ -371,6 +372,8 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     _exit_on_signals()
     cfg = config_from_args(args)
+    if not (cfg.model.build or cfg.model.source):  # else `prepare` writes the model there first
+        check_model_path(cfg.model.path)
     pipeline = TrainPipeline(cfg, evaluate=not args.no_eval)
     start = time.time()
     with pipeline.timed("prepare"):

@@ -21,9 +21,16 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override one config key")
 
 
-def config_from_args(args: argparse.Namespace, optional: Iterable[str] = ()) -> RunConfig:
-    """The typed run config of a command; `optional`: required keys this command does not use."""
-    return load_run(args.config, args.overrides, optional=optional)
+def config_from_args(args: argparse.Namespace, optional: Iterable[str] = (), model: bool = False) -> RunConfig:
+    """The typed run config of a command; `optional`: required keys this command does not use;
+    `model`: the command loads `model.path`, so it must be a model folder (refused by key here,
+    before any service starts, not as a loader's traceback later)."""
+    cfg = load_run(args.config, args.overrides, optional=optional)
+    if model:
+        from ..model_files import check_model_path
+
+        check_model_path(cfg.model.path)
+    return cfg
 
 
 def add_serve_parser(subparsers, service: str, help: str, description: str) -> argparse.ArgumentParser:

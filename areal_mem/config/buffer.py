@@ -26,3 +26,9 @@ class BufferConfig:
     # clients (rollout workers, learner) keep retrying an unreachable buffer this long, so a
     # buffer that the launcher restarts (same address, same run dir) loses them no call
     client_retry_window_s: float = 120.0
+    # connections to the Flight port (pyarrow exposes no gRPC server option; conn_guard.py):
+    # closed when no byte came within conn_first_byte_s, or no data moved for conn_idle_s (more
+    # than any call's server-side wait), and past max_connections_per_address from one address
+    conn_first_byte_s: float = 10.0
+    conn_idle_s: float = 300.0
+    max_connections_per_address: int = 256

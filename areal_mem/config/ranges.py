@@ -150,6 +150,10 @@ RANGES: Dict[str, Range] = {
     "buffer.max_running_groups": at_least(0, "rollout.num_workers * rollout.max_concurrent_groups"),
     "buffer.slot_ttl_s": at_least(0, "never"),
     "buffer.client_retry_window_s": at_least(0),
+    "retriever.max_passage_bytes": ONE,
+    "buffer.conn_first_byte_s": POSITIVE,
+    "buffer.conn_idle_s": Range(min=31),  # above the longest server-side wait of a call (30 s)
+    "buffer.max_connections_per_address": ONE,
     # learner
     "learner.steps": at_least(0),
     "learner.lr": POSITIVE,

@@ -90,6 +90,9 @@ class RetrieverConfig:
     # search thread serves everyone (a 900 kB query took 1.9 s; questions and model queries are
     # under 1,000 characters)
     max_query_chars: int = 4096
+    # a longer passage (corpus line; 600 bytes in wiki-18) is refused at import and at serve:
+    # every search that found a 100 MB passage answered 102 MB
+    max_passage_bytes: int = 1 << 20
     http_read_timeout_s: float = 30.0  # a request's headers must arrive within this (slow clients are closed)
     max_connections: int = 1024  # open client connections; more are closed at once
     batch_window_ms: float = 0.0  # extra wait for company; 0: take what queued during the last search

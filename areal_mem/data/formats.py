@@ -27,7 +27,7 @@ from .asearcher import asearcher_record
 from .errors import DataError
 from .flashrag import flashrag_record, write_flashrag
 from .parquet import iter_parquet_rows, open_parquet, parquet_format, parquet_row
-from .records import IdRule, Parsed
+from .records import IdRule, Parsed, TextLimits
 from .searchr1 import write_searchr1
 from .task import Task
 
@@ -110,10 +110,16 @@ def detect_format(path: str) -> Tuple[DataFormat, str]:
     return DataFormat.flashrag, "detected: jsonl with 'golden_answers'"
 
 
-def iter_tasks(path: str, fmt: DataFormat | str | None = None, report: ReadReport | None = None) -> Iterator[Task]:
+def iter_tasks(
+    path: str,
+    fmt: DataFormat | str | None = None,
+    report: ReadReport | None = None,
+    limits: TextLimits = TextLimits(),
+) -> Iterator[Task]:
     """The file's tasks one by one (jsonl line by line, parquet in batches); ids by IdRule.
 
-    `report`, when given, is filled in as the rows go by (its format and reason at once).
+    `report`, when given, is filled in as the rows go by (its format and reason at once); a
+    question or answer over `limits` is refused at its row.
     """
     if fmt:
         fmt, how = DataFormat(fmt), "named"
@@ -122,15 +128,19 @@ def iter_tasks(path: str, fmt: DataFormat | str | None = None, report: ReadRepor
     report = report or ReadReport(path, fmt, how)
     report.path, report.format, report.how = path, fmt, how
     ids = IdRule(path)
-    rows: Iterator[Tuple[int, Parsed]]
+    rows: Iterator[Tuple[int, str, Parsed]]
     if fmt in JSONL_FORMATS:
         parse = _JSONL_PARSERS[fmt]
-        rows = ((n, parse(record, where)) for n, (where, record) in enumerate(iter_jsonl(path, DataError)))
+        rows = ((n, where, parse(record, where)) for n, (where, record) in enumerate(iter_jsonl(path, DataError)))
     else:
         pf = open_parquet(path)
         parquet_format(path, pf.schema_arrow)  # refuses a parquet file that holds no questions
-        rows = ((i, parquet_row(record, f"{path}: row {i}")) for i, record in iter_parquet_rows(path, pf))
-    for row, parsed in rows:
+        rows = (
+            (i, f"{path}: row {i}", parquet_row(record, f"{path}: row {i}"))
+            for i, record in iter_parquet_rows(path, pf)
+        )
+    for row, where, parsed in rows:
+        limits.check(parsed, where)
         task = Task(ids.assign(parsed.own_id, row), parsed.question, parsed.golden_answers, parsed.metadata)
         report.rows, report.ids_made, report.ids_repeated = report.rows + 1, ids.made, ids.repeated
         yield task
@@ -164,12 +174,17 @@ def write_tasks(tasks: Iterable[Task], path: str, fmt: DataFormat | str | None =
 
 
 def convert(
-    src: str, dst: str, src_fmt: str | None = None, dst_fmt: str | None = None, limit: int = 0
+    src: str,
+    dst: str,
+    src_fmt: str | None = None,
+    dst_fmt: str | None = None,
+    limit: int = 0,
+    limits: TextLimits = TextLimits(),
 ) -> Tuple[ReadReport, int]:
     """Stream SRC into DST (the first `limit` questions when > 0); DST appears only when all went well."""
     out_fmt = DataFormat(dst_fmt) if dst_fmt else guess_output_format(dst)
     report = ReadReport(src, DataFormat.flashrag, "")
-    stream: Iterable[Task] = iter_tasks(src, src_fmt, report)
+    stream: Iterable[Task] = iter_tasks(src, src_fmt, report, limits)
     if limit > 0:
         stream = itertools.islice(stream, limit)
     n = write_tasks(stream, dst, out_fmt)

@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import DataError
-from .records import Parsed, answers_from, describe, id_from, question_from
+from .records import Parsed, answers_from, describe, id_from, json_value, question_from
 
-BATCH_ROWS = 4096
+BATCH_ROWS = 256  # rows decoded at a time: at the question limit (8,192 characters) a few MB
 _TOP = ("id", "question", "golden_answers", "data_source", "metadata")
 
 
@@ -101,9 +101,14 @@ def parquet_row(record: Dict[str, Any], where: str) -> Parsed:
     if own is None and isinstance(extra, dict):
         own = id_from(extra.get("id"), where, "extra_info.id")
     metadata = record.get("metadata")
-    metadata = dict(metadata) if isinstance(metadata, dict) else {}
-    if record.get("data_source") is not None:
-        metadata["data_source"] = record["data_source"]
+    if metadata is not None and not isinstance(metadata, dict):
+        raise DataError(f"{where}: 'metadata' must be a struct (got {describe(metadata)})")
+    metadata = json_value(dict(metadata or {}), where, "metadata")
+    source = record.get("data_source")
+    if source is not None:
+        if not isinstance(source, str):
+            raise DataError(f"{where}: 'data_source' must be a string (got {describe(source)})")
+        metadata["data_source"] = source
     return Parsed(own, question, answers, metadata)
 
 

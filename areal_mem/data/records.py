@@ -7,6 +7,7 @@ found without a traceback.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set
@@ -22,6 +23,45 @@ class Parsed:
     question: str
     golden_answers: List[str]
     metadata: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TextLimits:
+    """Longest question and answer a conversion accepts (`areal-mem data convert` flags): a
+    question of 256 kB is no question, and 8,192 of them would take gigabytes to convert."""
+
+    max_question_chars: int = 8192
+    max_answer_chars: int = 2048
+
+    def check(self, parsed: Parsed, where: str) -> None:
+        if len(parsed.question) > self.max_question_chars:
+            raise DataError(
+                f"{where}: 'question' has {len(parsed.question)} characters, over the limit of "
+                f"{self.max_question_chars} (--max-question-chars)"
+            )
+        for k, answer in enumerate(parsed.golden_answers):
+            if len(answer) > self.max_answer_chars:
+                raise DataError(
+                    f"{where}: answer {k} has {len(answer)} characters, over the limit of "
+                    f"{self.max_answer_chars} (--max-answer-chars)"
+                )
+
+
+def json_value(value: Any, where: str, name: str, depth: int = 0) -> Any:
+    """`value` (from a parquet column) if a task file can hold it as JSON; else a DataError naming
+    `name` and the type (binary, timestamps, decimals, non-finite floats)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    if depth < 32 and isinstance(value, (list, tuple)):
+        return [json_value(v, where, f"{name}[{k}]", depth + 1) for k, v in enumerate(value)]
+    if depth < 32 and isinstance(value, dict):
+        return {str(k): json_value(v, where, f"{name}.{k}", depth + 1) for k, v in value.items()}
+    raise DataError(
+        f"{where}: {name!r} holds {type(value).__name__} {str(value)[:40]!r}, which a task file (JSON) cannot "
+        f"hold; convert the column to text or numbers first"
+    )
 
 
 def describe(value: Any) -> str:

@@ -236,3 +236,22 @@ def test_one_record_batch_over_the_put_limit_costs_a_bounded_transient_and_is_re
     assert refused_s < 10 and peak[0] - base < 2.5 * table.nbytes  # measured: 1.99x, ~1 s
     assert after < table.nbytes  # measured: 0.45-0.66x kept by gRPC and the allocator, not a whole copy
     assert client.put_group(make_group("g-after")) and client.stats().pending_groups == 1
+
+
+def test_a_version_jump_by_another_caller_drops_nothing_that_comes_back(serve):
+    """A token holder's set_version(+1000) drops the pending groups as stale; their ids stay refused
+    after the horizon forgets them (a stale group is never stored), and an honest put goes on."""
+    buf = serve(overrides=["buffer.max_staleness=1"])
+    client = buf.client()
+    for i in range(6):
+        client.put_group(make_group(f"g{i}", seed=i))
+    assert client.set_version(1000) == {"version": 1000, "dropped_stale": 6}
+    assert client.put_group(make_group("g0", seed=0)) is False  # still in the done ids: duplicate
+    client.set_version(1001)  # the horizon (1000) forgets the dropped ids (they started at 0)...
+    for i in range(6):
+        with pytest.raises(BufferRefusedError, match=f"'g{i}' refused, nothing stored: it started at version 0"):
+            client.put_group(make_group(f"g{i}", seed=i))  # ...and they are still refused
+    stats = client.stats()
+    assert (stats.pending_groups, stats.dropped_stale, stats.accepted) == (0, 12, 0)
+    assert client.put_group(make_group("honest", start_version=1001)) is True
+    assert client.get_batch(1, timeout_s=5).group_ids == ["honest"]

@@ -108,9 +108,11 @@ def test_stale_groups_are_dropped_and_counted(serve):
     for v in (0, 1, 2):
         client.put_group(make_group(f"v{v}", start_version=v))
     assert client.set_version(2) == {"version": 2, "dropped_stale": 1}  # 0 < 2 - 1
-    client.put_group(make_group("late", start_version=0))  # stale on arrival
+    with pytest.raises(BufferRefusedError, match="'late' refused, nothing stored: it started at version 0") as e:
+        client.put_group(make_group("late", start_version=0))  # stale on arrival: never stored
+    assert e.value.code == "stale"
     batch = client.get_batch(2, timeout_s=10)
-    assert batch.group_ids == ["v1", "v2"] and batch.dropped_stale == 1
+    assert batch.group_ids == ["v1", "v2"] and batch.dropped_stale == 0
     stats = client.stats()
     assert (stats.dropped_stale, stats.pending_groups, stats.accepted) == (2, 0, 2)
     assert client.put_group(make_group("v0")) is False  # a dropped group stays refused

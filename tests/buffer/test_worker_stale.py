@@ -91,10 +91,10 @@ def test_a_group_the_buffer_would_drop_is_cancelled_and_its_slot_freed(serve, ca
         # rollout.oldest_first: the group started at version 0 ranks above the one started at 1
         assert gate.priorities == [PRIORITY_TOP] * 2 + [PRIORITY_TOP - 1] * 2
     else:
-        # generated to the end, stored, then dropped: the generator's work on it was wasted
-        assert (gate.cancelled, stats.groups_cancelled_stale, stats.groups_put, dropped) == (0, 0, 1, 1)
-        assert after.groups_put == 1 and after.pending_groups == 0
-        assert gate.priorities == [None, None]
+        # generated to the end, then refused as stale at its put: the generator's work was wasted
+        assert (gate.cancelled, stats.groups_cancelled_stale, stats.groups_failed, dropped) == (0, 0, 1, 0)
+        assert (after.groups_put, after.dropped_stale, after.pending_groups) == (1, 1, 1)
+        assert gate.priorities == [None] * 4  # a second group generated in the freed slot
     assert after.running == 0
 
 

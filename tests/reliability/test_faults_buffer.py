@@ -37,7 +37,7 @@ def test_a_batch_trained_across_a_buffer_restart_is_acked_once(tmp_path):
 
 
 def test_done_ids_past_the_staleness_horizon_are_forgotten(tmp_path):
-    from areal_mem.buffer.client import BufferClient
+    from areal_mem.buffer.client import BufferClient, BufferRefusedError
 
     svc = BufferService(
         str(tmp_path), BufferConfig(max_staleness=1, batch_groups=2, max_running_groups=4, fsync=False, slot_ttl_s=0)
@@ -51,8 +51,9 @@ def test_done_ids_past_the_staleness_horizon_are_forgotten(tmp_path):
         assert set(svc._done_ids) == {"old", "new"} and not client.put_group(make_group("old"))
         client.set_version(3)  # horizon 2: "old" (started at 1) could only come back stale
         assert set(svc._done_ids) == {"new"}
-        assert client.put_group(make_group("old", start_version=1))  # a late retry: accepted...
-        assert client.set_version(3)["dropped_stale"] == 1  # ...and dropped, never trained
+        with pytest.raises(BufferRefusedError, match="'old' refused, nothing stored") as e:
+            client.put_group(make_group("old", start_version=1))  # a late retry: refused as stale
+        assert e.value.code == "stale" and client.stats().pending_groups == 0
         assert not client.put_group(make_group("new", start_version=2))
     finally:
         client.close()

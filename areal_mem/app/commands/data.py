@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     conv.add_argument("--to", dest="dst", choices=WRITE, help="format of OUT (default: by extension)")
     conv.add_argument("--limit", type=int, default=0, help="keep only the first N questions (0: all)")
+    # defaults: areal_mem/data/records.py TextLimits (not imported here: `--help` stays instant)
+    conv.add_argument("--max-question-chars", type=int, help="refuse a question longer than this (default 8192)")
+    conv.add_argument("--max-answer-chars", type=int, help="refuse an answer longer than this (default 2048)")
     demos = sub.add_parser(
         "demos",
         help="write the scripted oracle's MemSearcher demonstrations (context "
@@ -83,9 +86,12 @@ def _demos(args: argparse.Namespace) -> int:
 
 def _convert(args: argparse.Namespace) -> int:
     from areal_mem.data import DataError, convert
+    from areal_mem.data.records import TextLimits
 
+    given = {"max_question_chars": args.max_question_chars, "max_answer_chars": args.max_answer_chars}
+    limits = TextLimits(**{k: v for k, v in given.items() if v is not None})
     try:
-        report, n = convert(args.input, args.output, args.src, args.dst, limit=args.limit)
+        report, n = convert(args.input, args.output, args.src, args.dst, limit=args.limit, limits=limits)
     except DataError as e:
         print(f"areal-mem data: {e}", file=sys.stderr)
         return 2

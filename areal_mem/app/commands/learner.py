@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from areal_mem.config import ConfigError, save_resolved
     from areal_mem.config.learner import PublisherKind
+    from areal_mem.model_files import check_model_path
 
     cfg = config_from_args(args)
     if not cfg.buffer.url:
@@ -31,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "generator.urls is empty: set the generators to push weights to, or learner.publish.kind=none"
         )
+    check_model_path(cfg.model.path)  # by key, not as the loader's traceback
 
     from areal_mem.buffer.client import BufferClient
     from areal_mem.learner.engine import LearnerEngine

@@ -94,5 +94,5 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stdout,
         format="%(asctime)s rollout%(worker)s %(levelname)s %(message)s".replace("%(worker)s", str(args.worker_id)),
     )
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, model=True)
     return asyncio.run(_main(cfg, args))

@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
     from areal_mem.config.arguments import config_from_args
     from areal_mem.data import DataError
+    from areal_mem.model_files import check_model_path
     from areal_mem.rollout.registry import PluginError
 
     from ..launch.plan import require_extras
@@ -38,9 +39,11 @@ def run(args: argparse.Namespace) -> int:
             overrides.append(f"{key}={flag}")
     args.overrides = overrides
     cfg = config_from_args(args)
-    # before any server starts: the retriever it may start over a dense index needs faiss
+    # before any server starts: what is missing from the install first (the retriever it may
+    # start over a dense index needs faiss), then the model folder, by key
     replay_only = bool(cfg.rollout.replay_tools) and not cfg.rollout.replay_fallback
     require_extras(cfg, launcher=False, retriever=not replay_only, curve=False)
+    check_model_path(cfg.model.path)
     try:
         summary, out_dir = run_eval(cfg, progress=not args.quiet)
     except (DataError, PluginError, FileNotFoundError) as e:

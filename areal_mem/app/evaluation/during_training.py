@@ -257,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, model=True)
     return Evaluator(cfg, poll_s=args.poll_s).run()
 
 

@@ -2,7 +2,8 @@
 
 - `do_put` (descriptor: JSON command `{"group_id", "rows", "slot"?}`): one whole group
   per stream, validated against the context-row schema (types and values: `validate_group`),
-  refused if its id was ever accepted, on disk before the call returns. `rows` is the row
+  refused if its id was ever accepted or if it is already stale ("stale": never stored, so an
+  id dropped as stale stays refused after the horizon forgets it), on disk before the call returns. `rows` is the row
   count the writer sends: a stream that ends short of it (a writer that died mid-put: gRPC
   ends the cancelled stream like a finished one) is refused and nothing is stored, so a
   retry of the whole group is accepted.
@@ -25,7 +26,7 @@
   requeue, stats (see `ACTIONS`).
 
 Refusals are `FlightServerError`s whose `extra_info` is JSON `{"code": ...}`
-("invalid", "duplicate", "unknown_batch", "storage"); the service stays up.
+("invalid", "duplicate", "stale", "unknown_batch", "storage"); the service stays up.
 JSON bodies are strict: unknown fields, wrong types and bodies over `MAX_JSON_BYTES` are
 refused as "invalid" naming the field (this is our own protocol; a typo must not pass).
 """
@@ -48,7 +49,8 @@ from ...security import check_bind, token_matches
 from ...staleness import StalenessManager
 from ..schema import CONTEXT_SCHEMA, SchemaError, concat_groups, validate_group
 from ..wire import BATCH_META
-from .store import GroupEntry, GroupStore
+from .conn_guard import ConnectionGuard, ConnLimits, raise_handle_limit
+from .store import GroupEntry, GroupStore, start_version
 
 log = logging.getLogger(__name__)
 MAX_WAIT_S = 30.0  # longest server-side wait of one call; clients poll again
@@ -134,8 +136,12 @@ class BufferService(flight.FlightServerBase):
         netloc = f"[{cfg.host}]" if ":" in cfg.host else cfg.host  # an IPv6 address
         super().__init__(f"grpc://{netloc}:{cfg.port}", middleware=middleware)
         self.url = f"grpc://{netloc}:{self.port}"
+        raise_handle_limit()
+        limits = ConnLimits(cfg.conn_first_byte_s, cfg.conn_idle_s, cfg.max_connections_per_address)
+        self.conn_guard = ConnectionGuard(self.port, limits).start()
 
     def shutdown(self) -> None:
+        self.conn_guard.stop()
         super().shutdown()
         self.store.close()
 
@@ -207,6 +213,18 @@ class BufferService(flight.FlightServerBase):
                 if self._slots.pop(slot, None) is not None:  # its group is in already
                     self.staleness.release()
                 raise refuse("duplicate", f"group {group_id!r} was already accepted")
+            start = start_version(table)
+            if self.staleness.is_stale(start):
+                # never stored, so a re-put of an id dropped as stale and then forgotten (past the
+                # horizon) is refused here too: ids dropped as stale stay refused
+                self.counters["dropped_stale"] += 1
+                if self._slots.pop(slot, None) is not None:
+                    self.staleness.release()
+                raise refuse(
+                    "stale",
+                    f"group {group_id!r} refused, nothing stored: it started at version {start}, older than "
+                    f"version {self.staleness.version} - max_staleness {self.staleness.max_staleness} allows",
+                )
             self._reserved.add(group_id)
             seq = self._next_seq
             self._next_seq += 1

@@ -97,7 +97,7 @@ class GroupStore:
         except BaseException:
             _unlink(path)
             raise
-        return GroupEntry(seq, group_id, path, _start_version(table), table.num_rows, table.nbytes)
+        return GroupEntry(seq, group_id, path, start_version(table), table.num_rows, table.nbytes)
 
     @staticmethod
     def read(entry: GroupEntry) -> pa.Table:
@@ -152,7 +152,7 @@ class GroupStore:
             if gid in done:
                 _unlink(path)  # the ledger says acked/dropped; the crash came before the delete
                 continue
-            pending.append(GroupEntry(seq, gid, path, _start_version(table), table.num_rows, table.nbytes))
+            pending.append(GroupEntry(seq, gid, path, start_version(table), table.num_rows, table.nbytes))
         done = {gid: rec.get("start", version) for rec in kept for gid in (*rec.get("ack", ()), *rec.get("drop", ()))}
         live = {e.group_id for e in pending}
         served = {b: gids for b, gids in served.items() if gids and all(g in live for g in gids)}
@@ -230,7 +230,8 @@ class GroupStore:
                 os.fsync(f.fileno())
 
 
-def _start_version(table: pa.Table) -> int:
+def start_version(table: pa.Table) -> int:
+    """The oldest trajectory start of a group: what the staleness rule judges it by."""
     return int(pc.min(table.column("start_version")).as_py())
 
 
