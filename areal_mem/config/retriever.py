@@ -90,8 +90,16 @@ class RetrieverConfig:
     # search thread serves everyone (a 900 kB query took 1.9 s; questions and model queries are
     # under 1,000 characters)
     max_query_chars: int = 4096
-    http_read_timeout_s: float = 30.0  # a request's headers must arrive within this (slow clients are closed)
-    max_connections: int = 1024  # open client connections; more are closed at once
+    # connections (areal_mem/http_guard.py): a request's body must arrive, and its answer be
+    # taken, within http_read_timeout_s; a connection that sends nothing (no whole headers, or no
+    # next request) for http_idle_timeout_s is closed; past max_connections, or
+    # max_connections_per_client from one address, a new connection takes an idle one's slot
+    # (else it is closed); answers not taken past max_unsent_mb_per_client per address: 429
+    http_read_timeout_s: float = 30.0
+    http_idle_timeout_s: float = 5.0
+    max_connections: int = 1024
+    max_connections_per_client: int = 512
+    max_unsent_mb_per_client: float = 64.0
     batch_window_ms: float = 0.0  # extra wait for company; 0: take what queued during the last search
     max_batch_size: int = 64  # queries per micro-batch; 1 = one at a time (the global-lock baseline)
     cache_size: int = 0  # LRU cache of (query, top_n) answers in the service, in entries; 0: off
