@@ -248,6 +248,18 @@ def texts_of(body: dict) -> Optional[List[str]]:
     return texts if texts and all(isinstance(t, str) for t in texts) else None
 
 
+def sequence_count(body: dict) -> int:
+    """Prompts x n of a `/generate` body, read from its shape alone (no prompt parsed, no item
+    built), so the sequence cap refuses 20,000 prompts x n 128 before any work; 0 where the
+    shape is wrong (the parse names the problem)."""
+    prompts = body.get("input_ids") if body.get("input_ids") is not None else body.get("text")
+    m = len(prompts) if isinstance(prompts, list) and prompts and isinstance(prompts[0], (list, str)) else 1
+    sp = body.get("sampling_params")
+    first = sp[0] if isinstance(sp, list) and sp else sp
+    n = first.get("n") if isinstance(first, dict) else None
+    return m * n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else m
+
+
 def _prompts(body: dict, encoded: Optional[List[List[int]]]) -> Tuple[List[List[int]], bool]:
     """The prompts as token ids (`encoded`: the `text` prompts tokenised), and whether they
     came as a batch (a list)."""
