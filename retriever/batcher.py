@@ -9,7 +9,10 @@ Batches are filled round-robin over the requests waiting, one query of each in t
 arrival order: two clients sending 230-query batches would otherwise queue a one-query request
 behind all 460 of their queries (8 batches); round-robin puts it in the next batch, so a small
 request waits behind at most the batch running when it arrived. Each request's answers are
-its own queries' answers, in its order, whichever batches ran them.
+its own queries' answers, in its order, whichever batches ran them. `round_robin=False` is
+arrival order (the baseline of `benchmarks/bench_retriever_fairness.py`). A batch also holds at
+most `max_chars` characters of queries (one query always goes), since a search's cost grows with
+its terms: 64 queries of 4,000 characters would be one multi-second batch to wait behind.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ Item = Tuple[str, int, asyncio.Future]  # query, k, where its result goes
 
 
 class MicroBatcher:
-    def __init__(self, search: SearchFn, max_batch: int, window_s: float):
+    def __init__(self, search: SearchFn, max_batch: int, window_s: float, round_robin: bool = True, max_chars: int = 0):
         if max_batch < 1:
             raise ValueError(f"retriever.max_batch_size must be >= 1, got {max_batch}")
         self._search, self.max_batch, self.window_s = search, max_batch, window_s
+        self.round_robin, self.max_chars = round_robin, max_chars  # max_chars 0: no character budget
         self._requests: Deque[Deque[Item]] = deque()  # requests with queries waiting, in turn
         self._waiting = 0  # queries in `_requests`
         self._arrived = asyncio.Event()
@@ -66,14 +70,20 @@ class MicroBatcher:
         """Up to `max_batch` queries, one of each waiting request in turn; a request left with
         queries goes behind the others."""
         batch: List[Item] = []
+        chars = 0
         while self._requests and len(batch) < self.max_batch:
+            if batch and self.max_chars and chars + len(self._requests[0][0][0]) > self.max_chars:
+                break  # a batch's cost grows with its characters: long queries make short batches
             request = self._requests.popleft()
+            chars += len(request[0][0])
             item = request.popleft()
             self._waiting -= 1
             if not item[2].done():  # done: its client went away
                 batch.append(item)
-            if request:
+            if request and self.round_robin:
                 self._requests.append(request)
+            elif request:
+                self._requests.appendleft(request)
         return batch
 
     async def _collect(self) -> List[Item]:

@@ -17,7 +17,7 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 
 from aiohttp import web
 
-from areal_mem.config.retriever import RetrieverConfig
+from areal_mem.config.retriever import BatchOrder, RetrieverConfig
 from areal_mem.http_guard import GuardLimits, run_guarded
 from areal_mem.process import write_ready_file
 from areal_mem.security import bearer_auth_middleware, check_bind, json_errors_middleware
@@ -51,7 +51,9 @@ class RetrieverRoutes:
     async def batcher_ctx(self, app: web.Application):
         """The batcher (and cache) of the app's lifetime, started inside its event loop."""
         cfg = self.cfg
-        batcher = MicroBatcher(self.index.search, cfg.max_batch_size, cfg.batch_window_ms / 1000.0)
+        round_robin = cfg.batch_order == BatchOrder.round_robin
+        window = cfg.batch_window_ms / 1000.0
+        batcher = MicroBatcher(self.index.search, cfg.max_batch_size, window, round_robin, cfg.max_batch_chars)
         batcher.start()
         app[BATCHER] = batcher
         if cfg.cache_size:

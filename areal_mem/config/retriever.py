@@ -10,6 +10,13 @@ class IndexKind(str, Enum):
     bm25 = "bm25"
 
 
+class BatchOrder(str, Enum):
+    round_robin = (
+        "round_robin"  # one query of each waiting request in turn: small requests are not queued behind large ones
+    )
+    arrival = "arrival"  # first come, first batched (the baseline of benchmarks/bench_retriever_fairness.py)
+
+
 class FaissIndexType(str, Enum):
     flat = "flat"  # exact inner product (what MemSearcher / FlashRAG use on wiki-18)
     hnsw = "hnsw"  # graph, approximate, no training
@@ -102,9 +109,15 @@ class RetrieverConfig:
     max_unsent_mb_per_client: float = 64.0
     batch_window_ms: float = 0.0  # extra wait for company; 0: take what queued during the last search
     max_batch_size: int = 64  # queries per micro-batch; 1 = one at a time (the global-lock baseline)
+    batch_order: BatchOrder = BatchOrder.round_robin
+    max_batch_chars: int = 16384  # characters of queries per micro-batch (one query always goes); 0: no budget
     cache_size: int = 0  # LRU cache of (query, top_n) answers in the service, in entries; 0: off
     cache_mb: float = 64.0  # ...and at most this many MiB of queries and answers; 0: off
     token: str = ""  # shared bearer token, required for a non-loopback bind
     timeout_s: float = 30.0  # client: per request
     max_retries: int = 3  # client: retries on connection errors and 5xx, with backoff
     rate_limit_per_s: float = 0.0  # client: requests per second; 0: unlimited
+    # client, with several replicas: each one's /health is asked every health_interval_s and must
+    # answer within health_timeout_s, else it leaves the rotation (until it answers again)
+    health_interval_s: float = 1.0
+    health_timeout_s: float = 2.0

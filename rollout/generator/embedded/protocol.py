@@ -59,7 +59,6 @@ _UNSUPPORTED = (
     "ebnf",
     "structural_tag",
     "logit_bias",
-    "custom_params",
     "beam_width",
     "watermark",
     "choice",
@@ -146,6 +145,10 @@ def parse_sampling(sp: Any, where: str = "sampling_params") -> SamplingSpec:
     for key, neutral in _NEUTRAL.items():
         if sp.get(key) is not None and sp[key] != neutral:
             raise BadRequest(f"{where}.{key}={sp[key]!r} is not supported by the embedded generator (only {neutral})")
+    # SGLang's custom_params only feed a custom logit processor (`custom_logit_processor`, refused
+    # by name: this server runs none) and its own reasoning/grammar accounting (whose fields are
+    # refused too): a JSON object is accepted as SGLang accepts it, and has no effect here either
+    _typed(sp, "custom_params", dict, "a JSON object")
     stop = _typed(sp, "stop", (str, list), "a string or a list of strings", [])
     stop = [stop] if isinstance(stop, str) else stop
     if not all(isinstance(s, str) and s for s in stop):
