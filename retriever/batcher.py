@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Deque, List, Tuple
+from typing import Awaitable, Callable, Deque, List, Tuple
 
 SearchFn = Callable[[List[str], int], list]  # (queries, k) -> one result per query
 Item = Tuple[str, int, asyncio.Future]  # query, k, where its result goes
@@ -53,18 +53,28 @@ class MicroBatcher:
         self._executor.shutdown(wait=True)
 
     async def submit(self, query: str, k: int) -> list:
-        return (await self.submit_many([query], k))[0]
+        return await self.request()(query, k)
 
     async def submit_many(self, queries: List[str], k: int) -> List[list]:
         """One request's queries (top `k` each): their results, in order."""
-        loop = asyncio.get_running_loop()
-        items = deque((q, k, loop.create_future()) for q in queries)
-        futures = [fut for _, _, fut in items]
-        if items:
-            self._requests.append(items)
-            self._waiting += len(items)
+        submit = self.request()
+        return list(await asyncio.gather(*(submit(q, k) for q in queries)))
+
+    def request(self) -> Callable[[str, int], Awaitable[list]]:
+        """A `submit(query, k)` for one client request: every query it submits takes that
+        request's turn in the round-robin (the query cache submits a request's misses one by one)."""
+        items: Deque[Item] = deque()
+
+        async def submit(query: str, k: int) -> list:
+            fut = asyncio.get_running_loop().create_future()
+            if not items:  # an emptied request left the rotation: it joins again at the back
+                self._requests.append(items)
+            items.append((query, k, fut))
+            self._waiting += 1
             self._arrived.set()
-        return list(await asyncio.gather(*futures))
+            return await fut
+
+        return submit
 
     def _take(self) -> List[Item]:
         """Up to `max_batch` queries, one of each waiting request in turn; a request left with

@@ -87,7 +87,7 @@ class RetrieverRoutes:
             if cache is None:
                 hits = await batcher.submit_many(query.queries, query.top_n)
             else:
-                hits = await cache.get_many(query.queries, query.top_n, batcher.submit)
+                hits = await cache.get_many(query.queries, query.top_n, batcher.request())
         except Exception as e:  # the search failed: say so, keep serving
             log.exception("search failed")
             return web.json_response({"error": f"search failed: {type(e).__name__}: {e}", "field": ""}, status=500)
