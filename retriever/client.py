@@ -113,14 +113,17 @@ class RetrieverClient(PooledSession):
         cite: answered by every replica that answers within `health_timeout_s` (one is enough);
         replicas serving different indexes are refused, since answers would depend on which one
         a request reached."""
+        answers = await asyncio.gather(*(self.health.check(u) for u in self.urls), return_exceptions=True)
         found, errors = {}, []
-        for url in self.urls:
-            try:
-                found[url] = (await self.health.check(url)).get("index_checksum", "")
-            except RetrieverError as e:
-                if e.status is not None and e.status < 500:
-                    raise
-                errors.append(str(e))
+        for url, answer in zip(self.urls, answers):
+            if isinstance(answer, RetrieverError) and answer.status is not None and answer.status < 500:
+                raise answer  # a 4xx (a wrong token) is the caller's to fix, whichever replica said it
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, RetrieverError):
+                    raise answer
+                errors.append(str(answer))
+            else:
+                found[url] = answer.get("index_checksum", "")
         if not found:
             raise RetrieverError(f"no retriever replica answered /health: {'; '.join(errors)}")
         if len(set(found.values())) > 1:
