@@ -67,7 +67,7 @@ class _Counting:
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
 
-def test_encode_within_stops_at_twice_the_limit_and_is_exact_below_it(tiny_model_dir):
+def test_encode_within_stops_at_one_bounded_prefix_and_is_exact_below_it(tiny_model_dir):
     from transformers import AutoTokenizer
 
     from areal_mem.rollout.generator.embedded.codec import TextCodec
@@ -76,9 +76,11 @@ def test_encode_within_stops_at_twice_the_limit_and_is_exact_below_it(tiny_model
     counting = _Counting(real)
     codec = TextCodec(counting)
     assert codec.encode_within(OVER, 4096) is None
-    assert counting.chars == 4 * 4096  # one prefix of 16,384 characters, not 100,000
+    assert counting.chars == 8 * 4096  # one prefix of 32,768 characters, not 100,000
     for text in ("word " * 3000, "x" * 4000, "mixed text, é and 1 2 3 " * 500):
         counting.chars = 0
         assert codec.encode_within(text, 4096) == real.encode(text, add_special_tokens=False)
-    text = "word " * 5000  # 25,000 characters, 10,001 tokens: refused from a prefix
-    assert codec.encode_within(text, 4096) is None
+        assert counting.chars == len(text)  # under 8 characters per allowed token: tokenised once
+    text = "word " * 20_000  # 100,000 characters, 40,001 tokens: refused from the first prefix
+    counting.chars = 0
+    assert codec.encode_within(text, 4096) is None and counting.chars == 8 * 4096

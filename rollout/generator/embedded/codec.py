@@ -26,11 +26,12 @@ class TextCodec:
 
     def encode_within(self, text: str, max_tokens: int) -> Optional[List[int]]:
         """`encode(text)`, or None as soon as a prefix of it holds more than `max_tokens` tokens:
-        prefixes of 4, 8, 16, ... characters per allowed token are tokenised in turn, so a text
-        far over the limit costs about twice the limit's tokens, whatever its length (bytes per
-        token vary from 1 to dozens: no byte count bounds tokens). A prefix can split a word or
-        a merge at its cut, so it must exceed the limit by a margin to count."""
-        size = 4 * max(max_tokens, 1)
+        prefixes of 8, 16, 32, ... characters per allowed token are tokenised in turn (natural
+        text has 3-6 per token, so a prompt that fits is tokenised once), so a text far over the
+        limit costs at most about 8 characters' tokens per allowed token, whatever its length
+        (bytes per token vary from 1 to dozens: no byte count bounds tokens). A prefix can split
+        a word or a merge at its cut, so it must exceed the limit by a margin to count."""
+        size = 8 * max(max_tokens, 1)
         while size < len(text):
             if len(self.encode(text[:size])) > max_tokens + PREFIX_MARGIN:
                 return None
