@@ -110,7 +110,7 @@ class RetrieverConfig:
     batch_window_ms: float = 0.0  # extra wait for company; 0: take what queued during the last search
     max_batch_size: int = 64  # queries per micro-batch; 1 = one at a time (the global-lock baseline)
     batch_order: BatchOrder = BatchOrder.round_robin
-    max_batch_chars: int = 16384  # characters of queries per micro-batch (one query always goes); 0: no budget
+    max_batch_chars: int = 8192  # characters of queries per micro-batch (one query always goes); 0: no budget
     cache_size: int = 0  # LRU cache of (query, top_n) answers in the service, in entries; 0: off
     cache_mb: float = 64.0  # ...and at most this many MiB of queries and answers; 0: off
     token: str = ""  # shared bearer token, required for a non-loopback bind
