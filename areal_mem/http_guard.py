@@ -28,9 +28,12 @@ import logging
 import socket
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Dict, Optional, Set
+from typing import Any, Awaitable, Callable, Dict, Optional, Set, Union
 
 from aiohttp import web
+
+from areal_mem.config.generator import EmbeddedConfig
+from areal_mem.config.retriever import RetrieverConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ class GuardLimits:
     max_unsent_bytes_per_client: int = int(MAX_UNSENT_MB_PER_CLIENT * 2**20)
 
     @classmethod
-    def of(cls, cfg: Any) -> GuardLimits:
+    def of(cls, cfg: Union[RetrieverConfig, EmbeddedConfig]) -> GuardLimits:
         """From a service's config section (`retriever`, `generator.embedded`): both name the
         limits `http_read_timeout_s`, `http_idle_timeout_s`, `max_connections`,
         `max_connections_per_client` and `max_unsent_mb_per_client`."""
