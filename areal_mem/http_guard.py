@@ -84,6 +84,17 @@ class ConnectionGuard:
         self.unsent: Counter[str] = Counter()  # answer bytes not yet taken, per client address
         self.evicted = self.refused = self.aborted = 0
 
+    def stats(self) -> Dict[str, int]:
+        """What a service's /health may report: connections open, closed to make room (evicted
+        idle ones, refused new ones), aborted for an answer not taken, answer bytes not taken."""
+        return {
+            "open": len(self.peer),
+            "evicted": self.evicted,
+            "refused": self.refused,
+            "aborted": self.aborted,
+            "unsent_bytes": sum(self.unsent.values()),
+        }
+
     def attach(self, server: web.Server) -> None:
         made, lost = server.connection_made, server.connection_lost
 
@@ -181,6 +192,9 @@ class ConnectionGuard:
         return resp
 
 
+GUARD = web.AppKey("connection_guard", ConnectionGuard)
+
+
 async def _write(request: web.Request, resp: web.Response) -> None:
     await resp.prepare(request)
     await resp.write_eof()  # returns once the transport's buffer is below its high-water mark
@@ -197,6 +211,7 @@ async def start_guarded(
 ) -> web.AppRunner:
     """Serve `app` on `sock` (or host:port) under `limits`; the caller cleans the returned runner up."""
     guard = ConnectionGuard(limits)
+    app[GUARD] = guard  # routes may report `guard.stats()`
     app.middlewares.insert(0, guard.middleware)
     runner = web.AppRunner(app, **{**runner_options, "keepalive_timeout": limits.idle_timeout_s})
     await runner.setup()

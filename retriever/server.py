@@ -18,7 +18,7 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 from aiohttp import web
 
 from areal_mem.config.retriever import BatchOrder, RetrieverConfig
-from areal_mem.http_guard import GuardLimits, run_guarded
+from areal_mem.http_guard import GUARD, GuardLimits, run_guarded
 from areal_mem.process import write_ready_file
 from areal_mem.security import bearer_auth_middleware, check_bind, json_errors_middleware
 
@@ -124,7 +124,7 @@ class RetrieverRoutes:
         return web.json_response({"result": result})
 
     async def health(self, request: web.Request) -> web.Response:
-        b, cache = request.app[BATCHER], request.app.get(CACHE)
+        b, cache, guard = request.app[BATCHER], request.app.get(CACHE), request.app.get(GUARD)
         index = self.index
         return web.json_response(
             {
@@ -136,6 +136,7 @@ class RetrieverRoutes:
                 "batches": b.batches,
                 "queries": b.queries,  # searched: cache hits never reach the batcher
                 "cache": cache.stats() if cache is not None else None,
+                "connections": guard.stats() if guard is not None else None,
             }
         )
 

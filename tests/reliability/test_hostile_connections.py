@@ -197,7 +197,7 @@ def _unread_round(h, n: int, queries: int):
     finally:
         for s in socks:
             s.close()
-    return peak, _rss_mb(pid), ended, statuses
+    return peak, _rss_mb(pid), ended, statuses, h.health()["connections"]
 
 
 def test_a_client_that_never_reads_its_answers_holds_bounded_memory(guarded_retriever):
@@ -212,14 +212,18 @@ def test_a_client_that_never_reads_its_answers_holds_bounded_memory(guarded_retr
     answer_mb = len(json.dumps(one)) * 400 / 2**20
     base = _rss_mb(pid)
     rounds = [_unread_round(h, 20, 400) for _ in range(4)]
-    for i, (peak, after, ended, statuses) in enumerate(rounds):
+    aborted = 0
+    for i, (peak, after, ended, statuses, conns) in enumerate(rounds):
         print(
             f"round {i}: 20 unread ~{answer_mb:.1f} MB /retrieve answers: RSS {base:.0f} MB -> peak {peak - base:+.0f}"
             f" -> after {after - base:+.0f} MB; {ended} of 20 connections ended;"
-            f" 127.0.0.2: {statuses.count(200)}/{len(statuses)} answered"
+            f" 127.0.0.2: {statuses.count(200)}/{len(statuses)} answered; service: {conns}"
         )
         assert ended == 20
         assert statuses and statuses.count(200) == len(statuses)
+        assert conns["unsent_bytes"] == 0  # every answer not taken was dropped
+        assert conns["aborted"] > aborted  # by the read timeout, this round too
+        aborted = conns["aborted"]
     assert answer_mb > 4  # each answer alone is over the budget: one at a time goes through
     # 80 answers were left unread; what stays is the allocator's high-water mark of computing 20
     # answers at once (held answers would be 80 x answer_mb and grow with every round)
