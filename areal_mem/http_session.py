@@ -6,6 +6,8 @@ from typing import Dict, Optional
 
 import aiohttp
 
+KEEPALIVE_S = 4.0  # below the services' default http_idle_timeout_s (areal_mem/http_guard.py)
+
 
 class PooledSession:
     """One connection pool per client, opened on first use (inside the loop that uses it, as aiohttp
@@ -20,7 +22,9 @@ class PooledSession:
             self._session = aiohttp.ClientSession(
                 headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=self._timeout_s),
-                connector=aiohttp.TCPConnector(limit=self._max_connections),  # 0: no limit
+                # 0: no limit. Idle pooled connections close before the services' own idle timeout
+                # (http_idle_timeout_s, 5 s) would close them under a request about to be sent
+                connector=aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=KEEPALIVE_S),
             )
         return self._session
 

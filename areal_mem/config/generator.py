@@ -50,8 +50,14 @@ class EmbeddedConfig:
     # streamed chunks are cumulative (SGLang's default): one is sent every max(stream_interval,
     # tokens so far / stream_thinning) tokens, so a stream's bytes grow linearly; 0: every stream_interval
     stream_thinning: int = 16
-    http_read_timeout_s: float = 30.0  # a request's headers and body must arrive within this
-    max_connections: int = 1024  # open client connections; more are closed at once
+    # connections, as the retriever's (areal_mem/http_guard.py): body in and answer out within
+    # http_read_timeout_s, idle connections closed after http_idle_timeout_s, slots capped in
+    # all and per client address, answers not taken capped per address
+    http_read_timeout_s: float = 30.0
+    http_idle_timeout_s: float = 5.0
+    max_connections: int = 1024
+    max_connections_per_client: int = 512
+    max_unsent_mb_per_client: float = 64.0
 
 
 @dataclass

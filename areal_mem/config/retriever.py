@@ -10,6 +10,13 @@ class IndexKind(str, Enum):
     bm25 = "bm25"
 
 
+class BatchOrder(str, Enum):
+    round_robin = (
+        "round_robin"  # one query of each waiting request in turn: small requests are not queued behind large ones
+    )
+    arrival = "arrival"  # first come, first batched (the baseline of benchmarks/bench_retriever_fairness.py)
+
+
 class FaissIndexType(str, Enum):
     flat = "flat"  # exact inner product (what MemSearcher / FlashRAG use on wiki-18)
     hnsw = "hnsw"  # graph, approximate, no training
@@ -93,13 +100,27 @@ class RetrieverConfig:
     # a longer passage (corpus line; 600 bytes in wiki-18) is refused at import and at serve:
     # every search that found a 100 MB passage answered 102 MB
     max_passage_bytes: int = 1 << 20
-    http_read_timeout_s: float = 30.0  # a request's headers must arrive within this (slow clients are closed)
-    max_connections: int = 1024  # open client connections; more are closed at once
+    # connections (areal_mem/http_guard.py): a request's body must arrive, and its answer be
+    # taken, within http_read_timeout_s; a connection that sends nothing (no whole headers, or no
+    # next request) for http_idle_timeout_s is closed; past max_connections, or
+    # max_connections_per_client from one address, a new connection takes an idle one's slot
+    # (else it is closed); answers not taken past max_unsent_mb_per_client per address: 429
+    http_read_timeout_s: float = 30.0
+    http_idle_timeout_s: float = 5.0
+    max_connections: int = 1024
+    max_connections_per_client: int = 512
+    max_unsent_mb_per_client: float = 64.0
     batch_window_ms: float = 0.0  # extra wait for company; 0: take what queued during the last search
     max_batch_size: int = 64  # queries per micro-batch; 1 = one at a time (the global-lock baseline)
+    batch_order: BatchOrder = BatchOrder.round_robin
+    max_batch_chars: int = 8192  # characters of queries per micro-batch (one query always goes); 0: no budget
     cache_size: int = 0  # LRU cache of (query, top_n) answers in the service, in entries; 0: off
     cache_mb: float = 64.0  # ...and at most this many MiB of queries and answers; 0: off
     token: str = ""  # shared bearer token, required for a non-loopback bind
     timeout_s: float = 30.0  # client: per request
     max_retries: int = 3  # client: retries on connection errors and 5xx, with backoff
     rate_limit_per_s: float = 0.0  # client: requests per second; 0: unlimited
+    # client, with several replicas: each one's /health is asked every health_interval_s and must
+    # answer within health_timeout_s, else it leaves the rotation (until it answers again)
+    health_interval_s: float = 1.0
+    health_timeout_s: float = 2.0

@@ -79,7 +79,7 @@ SAMPLING = {
     "stream_interval": (2, "honoured"),
     "logit_bias": ({"5": 1.0}, "refused"),
     "sampling_seed": (3, "honoured"),
-    "custom_params": ({"a": 1}, "refused"),
+    "custom_params": ({"a": 1}, "honoured"),  # feeds only custom logit processors (refused)
     "beam_width": (2, "refused"),
     "watermark": ({"enabled": True}, "refused"),
     "choice": (["a", "b"], "refused"),

@@ -529,7 +529,7 @@ def _slow_clients(url: str, n: int, interval: float, stop: threading.Event, clos
 
 
 def test_slow_headers_are_closed_and_connections_capped(own_generator):
-    h, svc = own_generator(http_read_timeout_s=2.0, max_connections=48)
+    h, svc = own_generator(http_idle_timeout_s=2.0, max_connections=48)
     base = _fds(svc.pid)
     stop, closed_at = threading.Event(), []
     drip = _slow_clients(svc.url, 40, 0.5, stop, closed_at)
@@ -563,14 +563,14 @@ def test_slow_headers_are_closed_and_connections_capped(own_generator):
 
 
 def test_the_retriever_closes_slow_headers_too(world_dir, tmp_path):
-    """`retriever.http_read_timeout_s` (here 2 s): ten connections that send a header line every
-    2 s are closed within the timeout; the service answers meanwhile."""
+    """`retriever.http_idle_timeout_s` (here 2 s): ten connections that send a header line every
+    second are closed within the timeout; the service answers meanwhile."""
     from areal_mem.retriever.build import build_index
     from areal_mem.retriever.launch import start_retriever
 
     index = str(tmp_path / "bm25")
     build_index(os.path.join(world_dir, "corpus.jsonl"), index, "bm25", show_progress=False)
-    overrides = ["retriever.threads=1", "retriever.http_read_timeout_s=2"]
+    overrides = ["retriever.threads=1", "retriever.http_idle_timeout_s=2"]
     with start_retriever(index, overrides=overrides) as handle:
         stop, closed_at = threading.Event(), []
         drip = _slow_clients(handle.url, 10, 1.0, stop, closed_at)

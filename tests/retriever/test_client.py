@@ -111,3 +111,36 @@ def test_rate_limit_spaces_requests():
 def test_needs_a_url():
     with pytest.raises(ValueError, match="at least one"):
         RetrieverClient([])
+
+
+async def _health_service(checksum: str):
+    async def health(request):
+        return web.json_response({"status": "ok", "index_checksum": checksum})
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return f"http://127.0.0.1:{port}", runner
+
+
+def test_index_checksum_needs_one_answer_and_refuses_two_indexes():
+    async def main():
+        (a, ra), (b, rb) = await _health_service("sha-1"), await _health_service("sha-2")
+        dead = f"http://127.0.0.1:{free_port()}"  # nothing listens
+        try:
+            async with RetrieverClient([dead, a], health_timeout_s=0.5) as c:
+                assert await c.index_checksum() == "sha-1"
+            async with RetrieverClient([a, b]) as c:
+                with pytest.raises(RetrieverError, match="serve different indexes"):
+                    await c.index_checksum()
+            async with RetrieverClient([dead], health_timeout_s=0.5) as c:
+                with pytest.raises(RetrieverError, match="no retriever replica answered /health"):
+                    await c.index_checksum()
+        finally:
+            await ra.cleanup()
+            await rb.cleanup()
+
+    asyncio.run(main())

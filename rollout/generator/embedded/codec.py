@@ -6,11 +6,13 @@ routes never touch it directly: encoding text without one is a 400, decoding giv
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from .engine import Request
 from .errors import BadRequest
 from .protocol import ParsedGenerate
+
+PREFIX_MARGIN = 16  # tokens a cut can merge away at a prefix's end
 
 
 class TextCodec:
@@ -21,6 +23,20 @@ class TextCodec:
         if self.tokenizer is None:
             raise BadRequest("text: this model has no tokenizer; send input_ids")
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def encode_within(self, text: str, max_tokens: int) -> Optional[List[int]]:
+        """`encode(text)`, or None as soon as a prefix of it holds more than `max_tokens` tokens:
+        prefixes of 8, 16, 32, ... characters per allowed token are tokenised in turn (natural
+        text has 3-6 per token, so a prompt that fits is tokenised once), so a text far over the
+        limit costs at most about 8 characters' tokens per allowed token, whatever its length
+        (bytes per token vary from 1 to dozens: no byte count bounds tokens). A prefix can split
+        a word or a merge at its cut, so it must exceed the limit by a margin to count."""
+        size = 8 * max(max_tokens, 1)
+        while size < len(text):
+            if len(self.encode(text[:size])) > max_tokens + PREFIX_MARGIN:
+                return None
+            size *= 2
+        return self.encode(text)
 
     def decode(
         self, ids: List[int], skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True

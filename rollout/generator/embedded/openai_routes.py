@@ -53,6 +53,9 @@ class OpenAIRoutes:
     async def v1_completions(self, request: web.Request) -> web.StreamResponse:
         b = await self.validator.openai(request, openai_api.CompletionBody)
         p = b.prompt
+        self.validator.sequences(
+            (len(p) if isinstance(p, list) and p and isinstance(p[0], (str, list)) else 1) * b.n
+        )  # before tokenising
         if isinstance(p, str) or (isinstance(p, list) and p and all(isinstance(x, str) for x in p)):
             prompts = await self.validator.encode([p] if isinstance(p, str) else p, "prompt")
             if prompts is None:
@@ -105,7 +108,9 @@ class OpenAIRoutes:
                 content = "".join(str(part.get("text", "")) for part in content)
             convo.append({"role": m.role, "content": content or "", **({"name": m.name} if m.name else {})})
         # the template only adds text: content over the byte limit cannot fit, refused untokenised
-        self.validator.text_bytes("".join(c["content"] for c in convo), "messages")
+        content = "".join(c["content"] for c in convo)
+        self.validator.text_bytes(content, "messages")
+        await self.validator.encode([content], "messages")  # the token bound, before the template runs
         ids = await asyncio.to_thread(tokenizer.apply_chat_template, convo, add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 

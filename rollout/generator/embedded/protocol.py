@@ -59,7 +59,6 @@ _UNSUPPORTED = (
     "ebnf",
     "structural_tag",
     "logit_bias",
-    "custom_params",
     "beam_width",
     "watermark",
     "choice",
@@ -146,6 +145,10 @@ def parse_sampling(sp: Any, where: str = "sampling_params") -> SamplingSpec:
     for key, neutral in _NEUTRAL.items():
         if sp.get(key) is not None and sp[key] != neutral:
             raise BadRequest(f"{where}.{key}={sp[key]!r} is not supported by the embedded generator (only {neutral})")
+    # SGLang's custom_params only feed a custom logit processor (`custom_logit_processor`, refused
+    # by name: this server runs none) and its own reasoning/grammar accounting (whose fields are
+    # refused too): a JSON object is accepted as SGLang accepts it, and has no effect here either
+    _typed(sp, "custom_params", dict, "a JSON object")
     stop = _typed(sp, "stop", (str, list), "a string or a list of strings", [])
     stop = [stop] if isinstance(stop, str) else stop
     if not all(isinstance(s, str) and s for s in stop):
@@ -246,6 +249,18 @@ def texts_of(body: dict) -> Optional[List[str]]:
         return None
     texts = text if isinstance(text, list) else [text]
     return texts if texts and all(isinstance(t, str) for t in texts) else None
+
+
+def sequence_count(body: dict) -> int:
+    """Prompts x n of a `/generate` body, read from its shape alone (no prompt parsed, no item
+    built), so the sequence cap refuses 20,000 prompts x n 128 before any work; 0 where the
+    shape is wrong (the parse names the problem)."""
+    prompts = body.get("input_ids") if body.get("input_ids") is not None else body.get("text")
+    m = len(prompts) if isinstance(prompts, list) and prompts and isinstance(prompts[0], (list, str)) else 1
+    sp = body.get("sampling_params")
+    first = sp[0] if isinstance(sp, list) and sp else sp
+    n = first.get("n") if isinstance(first, dict) else None
+    return m * n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else m
 
 
 def _prompts(body: dict, encoded: Optional[List[List[int]]]) -> Tuple[List[List[int]], bool]:

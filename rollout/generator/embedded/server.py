@@ -17,7 +17,7 @@ import torch
 from aiohttp import web
 
 from areal_mem.config.generator import EmbeddedConfig
-from areal_mem.http_guard import start_guarded
+from areal_mem.http_guard import GuardLimits, start_guarded
 from areal_mem.security import bearer_auth_middleware
 
 from .admin_routes import AdminRoutes
@@ -110,15 +110,13 @@ async def serve(
 ) -> None:
     """Serve until cancelled; `on_ready(url)` once listening (port 0: the OS picked one)."""
     # handler_cancellation: a client that hangs up cancels its handler, which aborts its request;
-    # a client slower than http_read_timeout_s to send its headers is closed, as is a connection
-    # past max_connections (areal_mem.http_guard)
-    limits = server.service.limits
+    # idle connections, slots per client address and answers not taken are limited
+    # (areal_mem.http_guard, generator.embedded.http_* and max_*_per_client)
     runner = await start_guarded(
         server.app(),
         host=host,
         port=port,
-        read_timeout_s=limits.http_read_timeout_s,
-        max_connections=limits.max_connections,
+        limits=GuardLimits.of(server.service.limits),
         handle_signals=False,
         access_log=None,
         handler_cancellation=True,

@@ -21,7 +21,15 @@ from aiohttp import web
 from . import openai_api
 from .admin_requests import parse_body
 from .errors import BadRequest
-from .protocol import ParsedBatch, ParsedGenerate, check_prompt, check_sampling, parse_generate, texts_of
+from .protocol import (
+    ParsedBatch,
+    ParsedGenerate,
+    check_prompt,
+    check_sampling,
+    parse_generate,
+    sequence_count,
+    texts_of,
+)
 from .service import EngineService
 
 MAX_BODY_BYTES = 64 << 20  # larger bodies get 413; a 32k-token prompt is well under 1 MiB
@@ -94,6 +102,7 @@ class RequestValidator:
         """SGLang's `/generate` body: prompts as token ids of this model, one item per sequence."""
         meta = self.service.meta
         body = await self.json(request)
+        self.sequences(sequence_count(body))  # from the counts, before any prompt is read
         texts = texts_of(body)
         encoded = await self.encode(texts, "text") if texts is not None else None
         batch = parse_generate(body, meta.vocab_size, meta.max_context_len, encoded)
@@ -106,10 +115,21 @@ class RequestValidator:
         None when the model has no tokenizer."""
         if self.service.codec.tokenizer is None:
             return None
-        for i, t in enumerate(texts):
-            self.text_bytes(t, f"{where}[{i}]" if len(texts) > 1 else where)
-        codec = self.service.codec
-        return await asyncio.to_thread(lambda: [codec.encode(t) for t in texts])
+        names = [f"{where}[{i}]" if len(texts) > 1 else where for i in range(len(texts))]
+        for t, name in zip(texts, names):
+            self.text_bytes(t, name)
+        codec, ctx = self.service.codec, self.service.meta.max_context_len
+
+        def encode_all() -> List[List[int]]:
+            out = []
+            for t, name in zip(texts, names):
+                ids = codec.encode_within(t, ctx)
+                if ids is None:  # stopped early: a prefix already holds more than the context
+                    raise BadRequest(f"{name}: more than {ctx} tokens; the model's context is {ctx} tokens")
+                out.append(ids)
+            return out
+
+        return await asyncio.to_thread(encode_all)
 
     def text_bytes(self, text: str, where: str) -> None:
         n = len(text.encode("utf-8"))
@@ -140,11 +160,7 @@ class RequestValidator:
         the sampling values (`names`: the route's own names of the fields), stop strings and
         token ids, top log-probs. `/generate` and `/v1/*` call this on the same engine items."""
         lim, names = self.limits, names or {}
-        if len(items) > lim.max_sequences_per_request:
-            raise BadRequest(
-                f"{len(items)} sequences (prompts x n) in one request; this server takes at most "
-                f"{lim.max_sequences_per_request} (generator.embedded.max_sequences_per_request)"
-            )
+        self.sequences(len(items))
         vocab = self.service.meta.vocab_size
         seen = set()
         for it in items:
@@ -182,6 +198,15 @@ class RequestValidator:
                         f"{at}stop_token_ids: {t} is not a token id of this model (vocabulary size {vocab})"
                     )
         return items
+
+    def sequences(self, count: int) -> None:
+        """The cap on prompts x n of one request; routes call it with the counts before building items."""
+        cap = self.limits.max_sequences_per_request
+        if count > cap:
+            raise BadRequest(
+                f"{count} sequences (prompts x n) in one request; this server takes at most "
+                f"{cap} (generator.embedded.max_sequences_per_request)"
+            )
 
     def model(self, name: str) -> None:
         """OpenAI clients name the model: the served folder, or its base name; else 404."""
