@@ -1,7 +1,7 @@
 """The custom environment example run as its README line says: `areal-mem eval` with its config on
 top of the debug recipe, the plugin found on PYTHONPATH. Evaluation must run the calculator
 workflow (one setting, `rollout.workflow`, names it for training and evaluation) and score it
-with the calculator's reward, not as question answering."""
+with the calculator's reward, not as question answering, and print that reward."""
 
 from __future__ import annotations
 
@@ -51,3 +51,11 @@ def test_the_example_runs_under_areal_mem_eval(world_dir, tiny_model_dir, retrie
         except ValueError:
             right = False
         assert r["reward"] == float(right)
+    # the line it prints: the calculator's own reward (the mean), not the QA metrics it lacks
+    printed = json.loads(res.stdout.splitlines()[-2])
+    assert printed == {
+        "method": WORKFLOW,
+        "questions": 2,
+        "reward": round(sum(r["reward"] for r in records) / 2, 4),
+        "mean_turns": summary["mean_turns"],
+    }
