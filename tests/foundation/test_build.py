@@ -1,5 +1,5 @@
 """The wheel builds without build isolation against the setuptools that pyproject.toml declares as
-its minimum, and builds without a warning.
+its minimum, builds without a warning, and holds every module of the tree.
 
 `pip wheel --no-build-isolation` uses whatever setuptools is installed, so a declared minimum too
 low passes every build that happens to have a newer one (setuptools 69-76 cannot read the
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tomllib
 import zipfile
-from typing import Dict
+from typing import Dict, List, Tuple
 
 import pytest
 import setuptools
@@ -48,11 +48,25 @@ def build(src: str, out: str, pythonpath: str = "") -> str:
     return res.stdout + res.stderr
 
 
-def wheel_files(out: str) -> Dict[str, str]:
+def wheel_files(out: str) -> Tuple[List[str], Dict[str, str]]:
+    """The wheel's file names, and its WHEEL and METADATA texts."""
     (name,) = os.listdir(out)
     with zipfile.ZipFile(os.path.join(out, name)) as z:
         info = [n for n in z.namelist() if n.endswith((".dist-info/WHEEL", ".dist-info/METADATA"))]
-        return {n.rsplit("/", 1)[1]: z.read(n).decode() for n in info}
+        return z.namelist(), {n.rsplit("/", 1)[1]: z.read(n).decode() for n in info}
+
+
+def source_modules(src: str) -> List[str]:
+    """Every .py file of the package as the wheel must hold it (a service folder under `areal_mem/`):
+    a folder without an `__init__.py` is skipped by package discovery, and its modules would be
+    missing from the wheel while the editable install, which maps folders, still imports them."""
+    out = []
+    for top in TREE[:4]:
+        for folder, _, files in os.walk(os.path.join(src, top)):
+            rel = os.path.relpath(folder, src).replace(os.sep, "/")
+            prefix = rel if top == "areal_mem" else f"areal_mem/{rel}"
+            out += [f"{prefix}/{f}" for f in files if f.endswith(".py")]
+    return sorted(out)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +96,8 @@ def test_the_wheel_builds_without_isolation_and_without_warnings(tree, tmp_path,
         assert version.startswith(release + ".") or version == release
     out = tmp_path / "wheel"
     log = build(tree, str(out), pythonpath)
-    files = wheel_files(str(out))
+    names, files = wheel_files(str(out))
+    assert [m for m in source_modules(tree) if m not in names] == []
     assert f"Generator: setuptools ({version})" in files["WHEEL"]  # made by the setuptools meant
     assert "License-Expression: Apache-2.0" in files["METADATA"]
     assert [line.strip() for line in log.splitlines() if WARNING.search(line)] == []
