@@ -1,6 +1,6 @@
 """The messages a workflow produces: contexts, trajectories, groups.
 
-One `Context` becomes one context row of the replay buffer (DESIGN.md): the
+One `Context` becomes one context row of the replay buffer (docs/architecture.md, "The context row"): the
 prompt tokens then the response tokens exactly as generated, with per-response-
 token loss mask, behaviour log-prob and policy version. The buffer's Arrow
 schema converts to and from these objects.

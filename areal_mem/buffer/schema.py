@@ -1,4 +1,4 @@
-"""The context-row Arrow schema (DESIGN.md), in one place, and its conversions.
+"""The context-row Arrow schema (docs/architecture.md, "The context row"), in one place, and its conversions.
 
 A `Group` becomes one Arrow table with one row per context; `validate_group`
 is the check the buffer service applies to every put, so a writer that bypasses

@@ -6,7 +6,7 @@ the 2-hop questions of `python -m benchmarks paper` MemSearcher still prefills m
 count that turns round, from a model fitted to measurement and checked against it.
 
 Measurement: for each horizon k the recipe's world with `world.hops=k` (and the turn and token
-limits of `paper.horizon_overrides`), its tokenizer and BM25 index, built by the real pipeline
+limits of `recipe.horizon_overrides`), its tokenizer and BM25 index, built by the real pipeline
 (`TrainPipeline.prepare`); then each workflow's oracle (`rollout/oracle.py`, no mistakes) runs
 through the real workflow, tool and retriever on the world's first N bridge questions, and
 every generation request is read from the context rows it wrote: its prompt (the context it
@@ -46,7 +46,7 @@ from numpy.polynomial import Polynomial
 
 from .arms import parse_ints
 from .output import PROG, command_line, markdown_table, write_report
-from .paper import add_recipe_option, horizon_overrides, recipe_files
+from .recipe import add_recipe_option, horizon_overrides, recipe_files
 
 HELP = "cost by horizon: prefill, decode and learner tokens per bridge question of 2..8 hops, model vs measurement"
 WORKFLOWS = ("memsearcher", "react")

@@ -6,7 +6,7 @@ tokens per second on this CPU (from the `async` bench's synchronous arm when it 
 and what they are in FLOP/s, faiss Flat inner-product search FLOP/s on this CPU (the production
 retriever is a Flat index over wiki-18 in host memory), the replay buffer's put/get MB/s and
 bytes per context token of a production-shaped group through the real service. The production
-step (configs/memsearcher_qwen2.5_3b.yaml, REFERENCE.md section 1) is then costed per service
+step (configs/memsearcher_qwen2.5_3b.yaml: MemSearcher's released settings) is then costed per service
 under the explicit assumptions in `ASSUMPTIONS` (GPU FLOP/s, utilisation, trajectory shape);
 the service with the largest time per step is the bottleneck of an asynchronous run, and the
 GPU count where the CPU retriever overtakes the GPU services is where scaling out stops paying.
@@ -25,7 +25,7 @@ from .output import PROG, command_line, markdown_table, read_json, require, writ
 
 HELP = "scale on paper: per-service time per step of the 3B / 16-GPU recipe from measured costs"
 
-# Production recipe (configs/memsearcher_qwen2.5_3b.yaml and REFERENCE.md) and explicit assumptions.
+# Production recipe (configs/memsearcher_qwen2.5_3b.yaml) and explicit assumptions.
 ASSUMPTIONS: Dict[str, float] = {
     "params": 3.09e9,  # Qwen2.5-3B
     "gpus": 16,  # two 8-GPU nodes, each split as in the 3B recipe: 4 generators + 4 learner ranks

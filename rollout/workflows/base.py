@@ -1,7 +1,7 @@
 """The `Workflow` plugin API and the small context a rollout worker hands to every episode.
 
 A workflow runs one episode for one task and returns a `Trajectory` whose
-contexts are context rows (DESIGN.md): generated tokens exactly as the
+contexts are context rows (docs/architecture.md, "The context row"): generated tokens exactly as the
 generator returned them, with their log-probs and versions; injected tokens
 (tool responses, chat headers) with loss_mask 0, logp 0.0, version -1.
 """

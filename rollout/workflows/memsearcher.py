@@ -1,4 +1,4 @@
-"""The MemSearcher workflow as released (REFERENCE.md section 1).
+"""The MemSearcher workflow as released (arXiv 2511.02805 and its released code; docs/workflows.md).
 
 Each turn is a fresh context: system + question + the current memory, then
 `<think>`. The model either answers (no tool call: the episode ends) or calls

@@ -81,17 +81,17 @@ def test_cli_writes_a_loadable_model(world_dir, tmp_path):
     assert missing.returncode == 2 and "build the world first" in missing.stdout
 
 
-def test_packaged_prompt_is_the_released_one():
-    """The default MemSearcher prompt must stay byte-identical to the released text."""
-    import pytest
+# sha256 of the prompt the released MemSearcher-3B was trained with (its system message, the user
+# message with {question} and {memory}, the assistant prefix <think>), as MemSearcher's code released it
+RELEASED_PROMPT_SHA256 = "6bb9463b09e01e059765d7c96b3b1f9884b5b0a94541bc00e24673c428c98205"
 
-    released = os.path.join(
-        os.path.dirname(__file__), "..", "..", "..", "shared", "reference", "memsearcher_prompt.txt"
-    )
-    if not os.path.exists(released):
-        pytest.skip("shared/reference is not beside this checkout")
-    with open(released, encoding="utf-8") as f:
-        assert memsearcher_prompt() == f.read()
+
+def test_packaged_prompt_is_the_released_one():
+    """The default MemSearcher prompt must stay byte-identical to the released text (the published
+    weights expect it): pinned by its hash, so the check needs nothing beside the checkout."""
+    import hashlib
+
+    assert hashlib.sha256(memsearcher_prompt().encode("utf-8")).hexdigest() == RELEASED_PROMPT_SHA256
 
 
 def test_workflow_text_repeats_make_the_fixed_text_whole_words(world_dir, tmp_path):

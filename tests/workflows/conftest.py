@@ -1,16 +1,39 @@
-"""Fixtures for the workflow tests: the tiny model's tokenizer, a scripted policy, a small retriever."""
+"""Fixtures for the workflow tests: the tiny model's tokenizer, a scripted policy, a small retriever,
+and the plugin registry of a fresh process."""
 
 from __future__ import annotations
 
 import asyncio
+from importlib import metadata
 from typing import Dict, List, Optional, Tuple, Union
 
 import pytest
 
 from areal_mem.data.task import Task
 from areal_mem.generation import GenerationResult, SamplingParams
+from areal_mem.rollout import registry as plugins
 
 Reply = Union[str, Tuple[str, str]]  # text (ends with <|im_end|>) or (text, "length")
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch) -> List[str]:
+    """The plugin registry as a fresh process has it, reading entry points only from the folders a
+    test appends to the list returned (none: the built-ins alone). What else is installed is not
+    read, so a message that lists every plugin is the same everywhere: the example plugin installed
+    as the README shows (`pip install -e examples/custom_env`), or the .egg-info it leaves in that
+    folder after an uninstall (a distribution again whenever a test puts the folder on sys.path)."""
+    monkeypatch.setattr(plugins, "_registry", {k: {} for k in plugins.KINDS})
+    monkeypatch.setattr(plugins, "_entry_points", {k: {} for k in plugins.KINDS})
+    monkeypatch.setattr(plugins, "_refused", {})
+    monkeypatch.setattr(plugins, "_entry_points_loaded", False)
+    installed: List[str] = []
+
+    def entry_points(group: str) -> List[metadata.EntryPoint]:
+        return [ep for dist in metadata.distributions(path=installed) for ep in dist.entry_points if ep.group == group]
+
+    monkeypatch.setattr(plugins, "entry_points", entry_points)
+    return installed
 
 
 @pytest.fixture(scope="session")

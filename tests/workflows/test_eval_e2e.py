@@ -99,7 +99,7 @@ def test_eval_both_methods(world_dir, tiny_model_dir, retriever_url, tmp_path, c
     assert '"method": "react", "questions": 20' in capsys.readouterr().out
 
 
-def test_eval_bad_method_and_data_fail_cleanly(world_dir, tiny_model_dir, tmp_path, capsys):
+def test_eval_bad_method_and_data_fail_cleanly(world_dir, tiny_model_dir, tmp_path, capsys, fresh_registry):
     base = [f"model.path={tiny_model_dir}", f"world.dir={world_dir}", f"run_dir={tmp_path}"]
     assert main(["eval", "--method", "memsercher", "--data", f"{world_dir}/dev.jsonl"] + base) == 2
     assert "no workflow named 'memsercher'; available: memsearcher, react" in capsys.readouterr().err

@@ -50,7 +50,7 @@ def _demos(hop_world, tiny_model_dir, retriever_url, tmp_path, workflow):
             f"retriever.urls=[{retriever_url}]",
             "rollout.prompt_style=short",
             f"rollout.workflow={workflow}",
-            # the horizon's turn and token limits (benchmarks.harness.paper.horizon_overrides)
+            # the horizon's turn and token limits (benchmarks.harness.recipe.horizon_overrides)
             f"rollout.limits.max_turns={hops + 2}",
             f"rollout.limits.max_new_tokens={48 * hops}",
             f"rollout.limits.max_memory_tokens={48 * hops}",

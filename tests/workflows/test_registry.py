@@ -16,14 +16,6 @@ from areal_mem.rollout.workflows.memsearcher import MemSearcherWorkflow
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "custom_env")
 
 
-@pytest.fixture
-def fresh_registry(monkeypatch):
-    monkeypatch.setattr(plugins, "_registry", {k: {} for k in plugins.KINDS})
-    monkeypatch.setattr(plugins, "_entry_points", {k: {} for k in plugins.KINDS})
-    monkeypatch.setattr(plugins, "_refused", {})
-    monkeypatch.setattr(plugins, "_entry_points_loaded", False)
-
-
 def test_builtins_and_errors(fresh_registry):
     assert plugins.resolve("workflow", "memsearcher") is MemSearcherWorkflow
     path = "areal_mem.rollout.workflows.memsearcher:MemSearcherWorkflow"
@@ -45,19 +37,20 @@ def test_register_by_name(fresh_registry):
     assert plugins.resolve("workflow", "mine") is Mine and "mine" in plugins.available("workflow")
 
 
-def _install_entry_points(tmp_path, monkeypatch, entry_points_txt: str) -> None:
-    """A distribution of the example on sys.path with these entry points, as `pip install` leaves it."""
+def _install_entry_points(tmp_path, installed, entry_points_txt: str) -> None:
+    """A distribution of the example with these entry points, as `pip install` leaves it, in a
+    folder the registry reads (`installed`: the `fresh_registry` fixture's)."""
     dist = tmp_path / "areal_mem_calculator_env-0.1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: areal-mem-calculator-env\nVersion: 0.1.0\n")
     (dist / "entry_points.txt").write_text(entry_points_txt)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    installed.append(str(tmp_path))
 
 
 def test_entry_points_register_the_example(fresh_registry, tmp_path, monkeypatch):
     _install_entry_points(
         tmp_path,
-        monkeypatch,
+        fresh_registry,
         "[areal_mem.workflows]\ncalculator = calculator_env:CalculatorWorkflow\n"
         "[areal_mem.tools]\ncalculator = calculator_env:make_tool\n"
         "[areal_mem.rewards]\ncalculator = calculator_env:make_reward\n",
@@ -75,7 +68,7 @@ def test_old_tool_and_reward_names_in_the_workflows_group_are_refused(fresh_regi
     the group it belongs in, not read and not ignored; the group's workflows still load."""
     _install_entry_points(
         tmp_path,
-        monkeypatch,
+        fresh_registry,
         "[areal_mem.workflows]\ncalculator = calculator_env:CalculatorWorkflow\n"
         "tool.calculator = calculator_env:make_tool\nreward.memsearcher = calculator_env:make_reward\n",
     )

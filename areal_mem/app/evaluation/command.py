@@ -19,6 +19,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def printed_keys(summary: dict) -> tuple:
+    """The summary's line on stdout: the answer metrics of question answering; for a workflow
+    scored without them (a plugin's own reward, the calculator example's) its mean reward, which
+    is then the only score there is (its EM, F1 and accuracy are None)."""
+    if summary["em"] is None and summary["f1"] is None and summary["acc"] is None:
+        return ("method", "questions", "reward", "mean_turns")
+    return ("method", "questions", "em", "f1", "acc", "mean_turns")
+
+
 def run(args: argparse.Namespace) -> int:
     import json
     import os
@@ -52,6 +61,6 @@ def run(args: argparse.Namespace) -> int:
     except EvalStopped as e:  # a server gave out mid-way: said in one line, what was answered kept
         print(f"areal-mem eval: {e}", file=sys.stderr)
         return 1
-    print(json.dumps({k: summary[k] for k in ("method", "questions", "em", "f1", "acc", "mean_turns")}))
+    print(json.dumps({k: summary[k] for k in printed_keys(summary)}))
     print(f"results in {os.path.join(out_dir, 'results.jsonl')}, summary in {os.path.join(out_dir, 'summary.json')}")
     return 0
