@@ -6,7 +6,8 @@ Writes `corpus.jsonl` (one passage per lead section: ids "0".."N-1" in title ord
 
 Splits share no question text: the test split comes from NQ's and TriviaQA's DPR test files,
 train and dev from their dev files (a question's split by a hash of its normalised text, so the
-split of a question does not depend on which others are read), and a dev-file question whose
+split of a question does not depend on which others are read; rows in the order of that hash, so
+NQ and TriviaQA are mixed and the first N rows of a split are a sample of it), and a dev-file question whose
 normalised text is also a test question, or repeats an earlier one, is dropped and counted.
 
 The answerability filter (`FILTER_RULE`) keeps a question only where BM25 over the corpus puts
@@ -168,13 +169,18 @@ def _split(topics: Dict[Tuple[str, str], TopicRows], dev_fraction: float) -> Tup
                 split = "test" if file_split == "test" else _dev_or_train(key, dev_fraction)
                 splits[split].append((f"{name}-{file_split}-{n}", question, answers))
             counts[f"{name}.{file_split}"] = {**c, "first_bad_row": parsed.first_bad} if parsed.first_bad else c
+    for rows in splits.values():  # NQ and TriviaQA mixed: the first N rows (`--limit`, eval.limit) are a sample
+        rows.sort(key=lambda r: _text_hash(normalize_answer(r[1])))
     return splits, counts
+
+
+def _text_hash(key: str) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
 
 
 def _dev_or_train(key: str, dev_fraction: float) -> str:
     """dev for a fixed `dev_fraction` of question texts, by hash: the same text, the same split."""
-    h = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
-    return "dev" if h / 2**64 < dev_fraction else "train"
+    return "dev" if _text_hash(key) / 2**64 < dev_fraction else "train"
 
 
 def _answerable(tmp: str, contents: Sequence[str], rows: List[Row], k: int) -> List[bool]:
