@@ -123,3 +123,12 @@ def test_topic_rows_are_csv_with_python_lists_and_bad_rows_are_counted(tmp_path)
     # the real file: every row parses
     real = read_topics(locate(PYSERINI), limit=500)
     assert all(len(t.rows) == 500 and t.bad == 0 for t in real.values())
+
+
+def test_the_synthetic_world_is_still_the_default_kind(tmp_path, capsys):
+    """`areal-mem world --out DIR` (no kind) builds the synthetic world with its defaults, and
+    `areal-mem world synthetic` is the same bytes."""
+    assert main(["world", "--out", str(tmp_path / "a"), "--passages", "100", "--questions", "30"]) == 0
+    assert main(["world", "synthetic", "--out", str(tmp_path / "b"), "--passages", "100", "--questions", "30"]) == 0
+    a, b = (json.loads((tmp_path / n / "manifest.json").read_text()) for n in "ab")
+    assert a == b and a["seed"] == 0 and a["size"]["test_fraction"] == 0.1 and "hops" not in a["filters"]
