@@ -13,7 +13,6 @@ import os
 
 import pytest
 
-from areal_mem.app.cli import main
 from areal_mem.app.world.wiki import FILES, build_wiki_world
 from areal_mem.retriever.corpus import parse_line
 from areal_mem.rollout.rewards.metrics import normalize_answer
@@ -26,7 +25,7 @@ LIMIT = 200
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     out = tmp_path_factory.mktemp("wiki") / "world"
-    assert main(["world", "wiki", "--out", str(out), "--limit", str(LIMIT)]) == 0
+    build_wiki_world(str(out), limit=LIMIT)  # a missing package: WikiSourceError naming its pip install
     return out
 
 
