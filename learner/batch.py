@@ -135,7 +135,7 @@ def rows_from_groups(
     add nothing to the policy gradient (only to the entropy and KL terms and to the token-mean's
     denominator) but cost a forward and backward each (DAPO's dynamic sampling, on the learner).
     """
-    rows = []
+    rows: List[TrainRow] = []
     for g in groups:
         rewards = [t.reward for t in g.trajectories]
         if skip_uniform and len(set(rewards)) == 1:
@@ -206,13 +206,16 @@ def broadcast_rows(rows: Sequence[TrainRow] | None, src: int = 0) -> List[TrainR
 
     from .distributed import device, rank, world_size
 
-    if world_size() == 1:
-        return list(rows)
-    dev = device()
     mine = rank() == src
+    if mine and rows is None:
+        raise ValueError(f"broadcast_rows: rank {src} sends the rows and must have them")
+    sent: Sequence[TrainRow] = rows or ()
+    if world_size() == 1:
+        return list(sent)
+    dev = device()
     head = torch.zeros(2, dtype=torch.long, device=dev)
     if mine:
-        head[0], head[1] = len(rows), sum(len(r) for r in rows)
+        head[0], head[1] = len(sent), sum(len(r) for r in sent)
     dist.broadcast(head, src)
     n, total = int(head[0]), int(head[1])
     shape = torch.zeros((n, 2), dtype=torch.long, device=dev)
@@ -220,11 +223,11 @@ def broadcast_rows(rows: Sequence[TrainRow] | None, src: int = 0) -> List[TrainR
     ints = torch.zeros((3, total), dtype=torch.long, device=dev)  # ids, mask, versions (padded to total)
     floats = torch.zeros((2, total), dtype=torch.float64, device=dev)  # behav_logp, advantages
     if mine:
-        shape[:, 0] = torch.tensor([len(r) for r in rows])
-        shape[:, 1] = torch.tensor([r.prompt_len for r in rows])
-        weights[:] = torch.tensor([r.loss_weight for r in rows], dtype=torch.float64)
-        ints[0] = torch.tensor([t for r in rows for t in r.input_ids])
-        resp = [(r.loss_mask, r.versions, r.behav_logp, r.advantages) for r in rows]
+        shape[:, 0] = torch.tensor([len(r) for r in sent])
+        shape[:, 1] = torch.tensor([r.prompt_len for r in sent])
+        weights[:] = torch.tensor([r.loss_weight for r in sent], dtype=torch.float64)
+        ints[0] = torch.tensor([t for r in sent for t in r.input_ids])
+        resp = [(r.loss_mask, r.versions, r.behav_logp, r.advantages) for r in sent]
         k = sum(len(r[0]) for r in resp)
         ints[1, :k] = torch.tensor([m for r in resp for m in r[0]])
         ints[2, :k] = torch.tensor([v for r in resp for v in r[1]])
@@ -233,7 +236,7 @@ def broadcast_rows(rows: Sequence[TrainRow] | None, src: int = 0) -> List[TrainR
     for t in (shape, weights, ints, floats):
         dist.broadcast(t, src)
     if mine:
-        return list(rows)
+        return list(sent)
     out, a, b = [], 0, 0
     ids, lm, vs = (ints[i].tolist() for i in range(3))
     bl, ad = floats[0].tolist(), floats[1].tolist()

@@ -84,9 +84,9 @@ class _ChunkedLogpEntropy(torch.autograd.Function):
                 z.scatter_add_(-1, labels[s:e, None], g_logp[s:e, None])
             if temperature != 1.0:
                 z.div_(temperature)
-            if need_h:
+            if d_hidden is not None:
                 d_hidden[s:e] = z.to(hidden.dtype) @ weight
-            if need_w:
+            if d_weight is not None:
                 d_weight.addmm_(z.t(), hidden[s:e].float())
             if need_b:
                 d_bias += z.sum(0)
@@ -125,4 +125,4 @@ def install(head: torch.nn.Module) -> None:
     """Make a model's linear output head compute log-probs and entropies instead of logits."""
     if not isinstance(head, torch.nn.Linear):
         raise TypeError(f"the learner needs a linear output head; this model's is {type(head).__name__}")
-    head.forward = MethodType(head_logp_entropy, head)
+    head.forward = MethodType(head_logp_entropy, head)  # type: ignore[method-assign]  # this module's one patch

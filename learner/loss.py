@@ -11,7 +11,7 @@ the caller divides the masked sum by the token count of the global mini-batch.
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
@@ -65,8 +65,8 @@ def ppo_token_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     cfg: LossConfig,
-    entropy: torch.Tensor = None,
-    ref_logp: torch.Tensor = None,
+    entropy: Optional[torch.Tensor] = None,
+    ref_logp: Optional[torch.Tensor] = None,
 ):
     """Per-token loss (zero where `mask` is 0) and per-token statistics to sum for the metrics.
 

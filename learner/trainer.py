@@ -119,7 +119,7 @@ class Trainer:
         t0 = time.monotonic()
         dropped = quarantined = 0
         while True:
-            batch = self.buffer.get_batch(self.batch_groups, timeout_s=self.lcfg.batch_timeout_s)
+            batch = self._buffer().get_batch(self.batch_groups, timeout_s=self.lcfg.batch_timeout_s)
             dropped += batch.dropped_stale
             groups, bad = quarantine(batch.groups, _vocab_size(self.engine))
             for gid, reason in bad:
@@ -127,7 +127,7 @@ class Trainer:
             quarantined += len(bad)
             if groups:
                 break
-            self.buffer.ack(batch.batch_id)
+            self._buffer().ack(batch.batch_id)
         # By group id, not by arrival: which episode finished first must not change the step
         # (packing order decides the float sums), so equal batches train to equal weights.
         groups = sorted(groups, key=lambda g: g.group_id)
@@ -146,7 +146,7 @@ class Trainer:
         if self.leader:
             m.update(batch_stats(groups, self.state.version, self.lcfg.adv_norm_std))
             m["dropped_stale"], m["wait_s"], m["quarantined"] = float(dropped), wait_s, float(quarantined)
-            self.buffer.ack(batch_id)
+            self._buffer().ack(batch_id)
             self.state.groups_consumed += len(groups)
         self.state.step += 1
         if self.publisher is not None and self.state.step % self.lcfg.publish.interval == 0:
@@ -168,6 +168,12 @@ class Trainer:
         if self.state.step % self.lcfg.checkpoint_interval == 0:
             self.ckpt.save(self.engine, self.state)
         return m
+
+    def _buffer(self) -> BufferClient:
+        """The leader's buffer client: only rank 0 takes batches, the others get them by broadcast."""
+        if self.buffer is None:
+            raise RuntimeError("the learner's leader rank has no buffer client")
+        return self.buffer
 
     def _tell_buffer(self) -> int:
         """Give the buffer the pushed version; the groups it dropped as stale (rank 0).

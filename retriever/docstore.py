@@ -107,7 +107,8 @@ class DocStore:
             j = bisect.bisect_right(self._starts, row) - 1
             i = row - self._starts[j]
             doc = {"id": self._ids[j][i].as_py(), "contents": self._contents[j][i].as_py()}
-            extra = self._extra[j][i].as_py() if self._extra[j] is not None else ""
+            extras = self._extra[j]
+            extra = extras[i].as_py() if extras is not None else ""
             out.append({**json.loads(extra), **doc} if extra else doc)
         return out
 

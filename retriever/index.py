@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
 from areal_mem.config.retriever import Dtype, EncoderConfig, FaissConfig, IndexKind, Pooling
 
@@ -63,6 +63,7 @@ def load_index(
         checksum, count = corpus_checksum(corpus_path)
         manifest.check_corpus(checksum, count, corpus_path)
     faiss_path = ""
+    docs: Union[OffsetDocStore, DocStore]
     if manifest.docstore == "offsets":  # `retriever import`: the corpus file read by offset
         from .importer import check_imported, resolve
 
@@ -88,6 +89,6 @@ def load_index(
     from .encoder import load_encoder
 
     given = encoder is not None
-    enc = load_encoder(encoder if given else _encoder_from_manifest(manifest, device, dtype))
+    enc = load_encoder(encoder if encoder is not None else _encoder_from_manifest(manifest, device, Dtype(dtype)))
     manifest.check_encoder(enc.identity(), where=None if given else "the model at that path has changed")
     return Index(manifest, docs, DenseSearcher(index_dir, enc, faiss or FaissConfig(), path=faiss_path))

@@ -196,7 +196,7 @@ def import_model(src: str, out_dir: str, log=print, limits: ImportLimits = Impor
         extras.require("gguf", ["gguf", "accelerate"], "importing a GGUF file")
     _check_source(path, is_gguf, limits)
     log(f"[model import] hashing {path}")
-    source = {"given": src, "kind": kind, "path": path, "sha256": sha256_of(path)}
+    source: Dict[str, Any] = {"given": src, "kind": kind, "path": path, "sha256": sha256_of(path)}
     source["bytes"] = (
         os.path.getsize(path) if os.path.isfile(path) else sum(os.path.getsize(f) for f in checks.files_of(path))
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from typing import Any, Awaitable, Optional
+from typing import Any, Coroutine, Optional
 
 from areal_mem.generation import GeneratorError
 
@@ -27,14 +27,14 @@ class GeneratorLink:
         """The link of this rank: rank 0's when there are generators, else None."""
         return cls(client) if engine.rank == 0 and client is not None else None
 
-    def submit(self, coro: Awaitable) -> concurrent.futures.Future:
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
         """Start `coro` now (a call the generators answer only once a collective runs)."""
         return self.io.submit(coro)
 
-    def run(self, coro: Awaitable, timeout: Optional[float] = None) -> Any:
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: Optional[float] = None) -> Any:
         return self.io.run(coro, timeout)
 
-    def attempt(self, coro: Awaitable, what: str) -> bool:
+    def attempt(self, coro: Coroutine[Any, Any, Any], what: str) -> bool:
         """Run `coro`; False (logged) where a generator failed it: the publisher heals that or fails."""
         try:
             self.io.run(coro)

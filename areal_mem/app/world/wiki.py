@@ -168,7 +168,10 @@ def _split(topics: Dict[Tuple[str, str], TopicRows], dev_fraction: float) -> Tup
                     test_keys.add(key)
                 split = "test" if file_split == "test" else _dev_or_train(key, dev_fraction)
                 splits[split].append((f"{name}-{file_split}-{n}", question, answers))
-            counts[f"{name}.{file_split}"] = {**c, "first_bad_row": parsed.first_bad} if parsed.first_bad else c
+            counted: Dict[str, object] = dict(c)
+            if parsed.first_bad:
+                counted["first_bad_row"] = parsed.first_bad
+            counts[f"{name}.{file_split}"] = counted
     for rows in splits.values():  # NQ and TriviaQA mixed: the first N rows (`--limit`, eval.limit) are a sample
         rows.sort(key=lambda r: _text_hash(normalize_answer(r[1])))
     return splits, counts

@@ -105,10 +105,10 @@ NOT_IMPLEMENTED: Dict[type, Dict[str, tuple]] = {
     CheckWeights: {"action": ("checksum",), "allow_quant_error": (False,), "selector": ("all", "target")},
 }
 
-M = TypeVar("M", bound=_Body)
+B = TypeVar("B", bound=_Body)  # a control route's body model
 
 
-def parse_body(model: Type[M], body: Any) -> M:
+def parse_body(model: Type[B], body: Any) -> B:
     """`body` validated as SGLang would (400 naming the first bad field), then the fields this
     server does not implement checked to hold their default."""
     try:

@@ -6,7 +6,7 @@ the same engine items as `/generate`'s and run through the same engine service."
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, cast
 
 from aiohttp import web
 
@@ -56,12 +56,14 @@ class OpenAIRoutes:
         self.validator.sequences(
             (len(p) if isinstance(p, list) and p and isinstance(p[0], (str, list)) else 1) * b.n
         )  # before tokenising
+        prompts: Optional[List[List[int]]]
         if isinstance(p, str) or (isinstance(p, list) and p and all(isinstance(x, str) for x in p)):
-            prompts = await self.validator.encode([p] if isinstance(p, str) else p, "prompt")
+            prompts = await self.validator.encode([p] if isinstance(p, str) else cast(List[str], p), "prompt")
             if prompts is None:
                 self.codec.encode("")  # no tokenizer: its 400
-        else:
-            prompts = [p] if not p or isinstance(p[0], int) else p
+        else:  # one prompt of ids, or a list of them (the body's schema allows only these)
+            prompts = [cast(List[int], p)] if not p or isinstance(p[0], int) else cast(List[List[int]], p)
+        assert prompts is not None  # encode returns None only without a tokenizer, refused just above
         self.validator.prompts(prompts, "prompt")
         items = openai_api.items_of(prompts, openai_api.spec_of(b, b.max_tokens, 16), b.n, b.logprobs)
         self.validator.items(items, openai_api.COMPLETION_NAMES)

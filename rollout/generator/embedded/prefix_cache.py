@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -70,12 +70,12 @@ class PrefixCache:
         if not self._entries or len(ids) <= self.min_hit:
             return 0, []
         n, entry = self._longest(torch.tensor(ids[:-1], dtype=torch.long))
-        if n < self.min_hit:
+        if entry is None or n < self.min_hit:  # no entry: n is 0
             return 0, []
         self._entries.move_to_end(tuple(entry.ids.tolist()))
         return n, [(k[:, :n], v[:, :n]) for k, v in entry.layers]
 
-    def _longest(self, query: torch.Tensor) -> Tuple[int, _Entry]:
+    def _longest(self, query: torch.Tensor) -> Tuple[int, Optional[_Entry]]:
         best, best_entry = 0, None
         for entry in reversed(self._entries.values()):  # most recent first: ties go to it
             m = min(len(query), len(entry.ids))

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Type, TypeVar
 from aiohttp import web
 
 from . import openai_api
-from .admin_requests import parse_body
+from .admin_requests import B, parse_body
 from .errors import BadRequest
 from .protocol import (
     ParsedBatch,
@@ -144,7 +144,7 @@ class RequestValidator:
         names (`model`) after its values (`items`), so a bad value is named whatever the model."""
         return openai_api.parse(model, await self.json(request))
 
-    async def admin(self, request: web.Request, model: Type[M]) -> M:
+    async def admin(self, request: web.Request, model: Type[B]) -> B:
         """A control route's body, as SGLang validates it (`admin_requests`)."""
         return parse_body(model, await self.json(request))
 
