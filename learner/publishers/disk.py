@@ -73,7 +73,8 @@ class DiskTransport(Transport):
 
     def redeliver(self) -> None:
         if self.last is not None:
-            self.link.run(self.link.client.update_weights_from_disk(self.last[1], self.last[0]))
+            link = self.rank0_link()
+            link.run(link.client.update_weights_from_disk(self.last[1], self.last[0]))
 
     def close(self) -> None:
         """Nothing held: the newest checkpoints stay for restarted generators (`pushed_versions`)."""

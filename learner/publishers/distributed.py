@@ -37,7 +37,7 @@ class DistributedTransport(Transport):
         self.bucket_bytes = int(cfg.bucket_mb * 2**20)
         self.group_name = f"weights-{uuid.uuid4().hex[:8]}"
         self.backend = "nccl" if torch.cuda.is_available() else "gloo"
-        self.group = None
+        self.group: Optional[WeightGroup] = None
         # rank 0, with heal on: (version, buckets on the host) of the last push, to push again
         self.copy: Optional[Tuple[int, List[List[Tuple[str, torch.Tensor]]]]] = None
 
@@ -46,13 +46,14 @@ class DistributedTransport(Transport):
             self._join()
 
     def _join(self, timeout_s: float = 600.0) -> None:
-        down = [u for u, ok in self.link.run(self.link.client.health()).items() if not ok]
+        link = self.rank0_link()
+        down = [u for u, ok in link.run(link.client.health()).items() if not ok]
         if down:  # the join would wait for them until its timeout
             raise GeneratorError(f"cannot form the weight group: generator(s) {down} not answering")
         port = free_port(self.cfg.master_address)
-        world = 1 + self.cfg.ranks_per_server * len(self.link.client.urls)
-        fut = self.link.submit(
-            self.link.client.init_weights_update_group(
+        world = 1 + self.cfg.ranks_per_server * len(link.client.urls)
+        fut = link.submit(
+            link.client.init_weights_update_group(
                 self.cfg.master_address, port, self.group_name, self.backend, self.cfg.ranks_per_server
             )
         )
@@ -81,7 +82,7 @@ class DistributedTransport(Transport):
             pending = [bucket] if record is not None else []
 
             def fingerprint() -> None:  # while the bucket is on the wire (or after a failed send)
-                while pending:
+                while pending and record is not None:
                     record(pending.pop())
 
             if deliver and not failed:
@@ -99,14 +100,14 @@ class DistributedTransport(Transport):
 
     def _send(self, bucket, version: int, meanwhile=None) -> None:
         """Announce and broadcast one bucket; `meanwhile()` runs while its tensors are on the wire."""
-        meta = BucketMeta.of(bucket)
-        fut = self.link.submit(
-            self.link.client.update_weights_from_distributed(
-                meta.names, meta.dtypes, meta.shapes, self.group_name, version
-            )
+        meta, link, group = BucketMeta.of(bucket), self.rank0_link(), self.group
+        if group is None:
+            raise RuntimeError("weight push: no weight group joined")
+        fut = link.submit(
+            link.client.update_weights_from_distributed(meta.names, meta.dtypes, meta.shapes, self.group_name, version)
         )
         try:
-            self.group.broadcast_bucket(bucket, meanwhile)
+            group.broadcast_bucket(bucket, meanwhile)
         except BaseException:
             fut.cancel()
             raise

@@ -8,9 +8,11 @@ in a row, so the launcher has paused it first), or that reports another weight v
 last push, gets the last pushed weights the same way, and is then continued.
 
 The healer decides when to deliver again; the publisher's `redeliver(version)` does it (pause,
-the transport's re-delivery, the verifier's check, continue). Every rank has a healer (its lock
-keeps a push and the watcher apart); only rank 0's, which has the link, ever heals: a re-delivery
-moves a copy rank 0 kept, so the other ranks need not take part.
+the transport's re-delivery, the verifier's check, continue). Only rank 0, which holds the link,
+has a healer: a re-delivery moves a copy rank 0 kept, so the other ranks need not take part. Its
+state (whether a generator failed since the last delivery, the version every generator holds, a
+failure the watcher found) changes only through its methods; the publisher's lock, which it
+shares, keeps a push and the watcher apart.
 """
 
 from __future__ import annotations
@@ -30,15 +32,38 @@ log = logging.getLogger(__name__)
 
 
 class Healer:
-    def __init__(self, link: Optional[GeneratorLink], cfg: PublishConfig, redeliver: Callable[[int], None]):
-        self.link, self.cfg, self.redeliver = link, cfg, redeliver
-        self.lock = threading.RLock()  # a push and the watcher never overlap
-        self.pushed_version: Optional[int] = None  # the version every generator holds
-        self.broken = False  # a generator failed or came back since the last delivery
+    def __init__(
+        self, link: GeneratorLink, cfg: PublishConfig, redeliver: Callable[[int], None], lock: threading.RLock
+    ):
+        self.link, self.cfg, self.redeliver, self.lock = link, cfg, redeliver, lock
+        self._pushed: Optional[int] = None  # the version every generator holds
+        self._broken = False  # a generator failed or came back since the last delivery
         self.heals = 0  # deliveries repeated for restarted generators
-        self.failure: Optional[WeightMismatch] = None  # found by the watcher; raised by the next push
+        self._failure: Optional[WeightMismatch] = None  # found by the watcher; raised by the next push
         self._stop = threading.Event()
         self._watcher: Optional[threading.Thread] = None
+
+    @property
+    def broken(self) -> bool:
+        """A generator failed a step, or came back, since the last delivery."""
+        return self._broken
+
+    @property
+    def pushed_version(self) -> Optional[int]:
+        return self._pushed
+
+    def mark_broken(self) -> None:
+        """A step of this push failed on a generator: `settle` delivers again (or fails)."""
+        self._broken = True
+
+    def delivered(self, version: int) -> None:
+        """Every generator now holds `version` (the watcher compares their versions with it)."""
+        self._pushed = version
+
+    def raise_failure(self) -> None:
+        """A mismatch the watcher found since the last push, raised by the next push."""
+        if self._failure is not None:
+            raise self._failure
 
     def start(self) -> None:
         if self.cfg.heal and self.cfg.heal_interval_s > 0 and self._watcher is None:
@@ -48,7 +73,7 @@ class Healer:
     def settle(self, version: int) -> bool:
         """After a push: where a generator failed on the way, deliver `version` again once every
         generator answers (an error with heal off). True when it did."""
-        if not self.broken:
+        if not self._broken:
             return False
         if not self.cfg.heal:
             raise RuntimeError(f"weight push {version} failed on a generator (learner.publish.heal is off)")
@@ -75,7 +100,7 @@ class Healer:
                 if down:
                     raise GeneratorError(f"generator(s) {down} not answering")
                 self.redeliver(version)
-                self.broken = False
+                self._broken = False
                 self.heals += 1
                 log.warning("weight publisher: generators %s hold the last pushed weights again", list(health))
                 return
@@ -95,24 +120,26 @@ class Healer:
                 try:
                     versions = set(self.link.run(self.link.client.weight_versions(), timeout=60).values())
                 except (GeneratorError, TimeoutError) as e:
-                    if not self.broken:
+                    if not self._broken:
                         log.warning("weight publisher: a generator is unreachable (%s)", e)
-                    self.broken, back_once = True, False
+                    self._broken, back_once = True, False
                     continue
-                if self.pushed_version is not None and versions != {self.pushed_version}:
-                    self.broken = True
-                if not self.broken:  # all hold the last push: none may stay paused (a dead
+                if self._pushed is not None and versions != {self._pushed}:
+                    self._broken = True
+                if not self._broken:  # all hold the last push: none may stay paused (a dead
                     self.link.attempt(self.link.client.continue_generation(), "continue")  # learner's pause)
                     continue
                 if not back_once:
                     back_once = True
                     continue
                 back_once = False
+                if self._pushed is None:  # nothing pushed yet: the first push delivers (and settles)
+                    continue
                 try:
-                    self.recover(self.pushed_version)
+                    self.recover(self._pushed)
                 except WeightMismatch as e:
                     log.error("%s", e)
-                    self.failure = e  # the next push raises it
+                    self._failure = e  # the next push raises it
                     return
                 except RuntimeError as e:
                     log.error("%s", e)

@@ -46,3 +46,10 @@ class GeneratorLink:
     def close(self) -> None:
         self.io.run(self.client.close())
         self.io.close()
+
+
+def rank0(link: Optional[GeneratorLink], who: str) -> GeneratorLink:
+    """`link` where only rank 0 may be (it alone holds the line to the generators)."""
+    if link is None:
+        raise RuntimeError(f"{who}: called on a rank without the generator link (only rank 0 talks to generators)")
+    return link

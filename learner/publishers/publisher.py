@@ -10,6 +10,7 @@ Bumping the buffer's version is the training loop's job, after `publish` returns
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Optional
 
@@ -17,7 +18,7 @@ from areal_mem.config.learner import PublishConfig
 from areal_mem.generation import GeneratorError
 
 from .healer import Healer
-from .link import GeneratorLink
+from .link import GeneratorLink, rank0
 from .probe import probe
 from .transport import PushResult, Transport
 from .verifier import Verifier
@@ -30,7 +31,9 @@ class WeightPublisher:
         """`link`: rank 0's line to the generators (None on the other ranks, and without generators)."""
         self.engine, self.link, self.cfg, self.transport = engine, link, cfg, transport
         self.verifier = Verifier(link, cfg.verify)
-        self.healer = Healer(link, cfg, self.redeliver)
+        self.lock = threading.RLock()  # a push and the healer's watcher never overlap
+        # rank 0's, with the link: it alone talks to the generators and heals them
+        self.healer = Healer(link, cfg, self.redeliver, self.lock) if link is not None else None
 
     @property
     def verify(self) -> bool:
@@ -43,34 +46,33 @@ class WeightPublisher:
 
     @property
     def heals(self) -> int:
-        return self.healer.heals
+        return self.healer.heals if self.healer is not None else 0
 
     @property
     def pushed_version(self) -> Optional[int]:
-        return self.healer.pushed_version
+        return self.healer.pushed_version if self.healer is not None else None
 
     def setup(self) -> None:
         """Once before the first push: the transport's set-up, continue generators that a dead
         learner left paused mid-push, and start the watcher."""
-        if self.link is None:
+        if self.link is None or self.healer is None:
             return
         self.transport.setup()
         self.link.attempt(self.link.client.continue_generation(), "continue")
         self.healer.start()
 
     def publish(self, version: int) -> PushResult:
-        with self.healer.lock:
-            if self.healer.failure is not None:
-                raise self.healer.failure
+        with self.lock:
             t0 = time.monotonic()
             result = PushResult(version, 0.0)
-            if self.link is None:  # another rank, or no generators: the collective part only
+            if self.link is None or self.healer is None:  # another rank, or no generators: the collective part
                 self._push(version, result)
             else:
-                self._deliver(version, result)
+                self.healer.raise_failure()
+                self._deliver(self.link, self.healer, version, result)
                 if self.healer.settle(version):
                     result.extra["healed"] = 1.0
-                self.healer.pushed_version = version
+                self.healer.delivered(version)
                 result.verify_s = self.verifier.seconds
         if self.cfg.probe_check:
             result.probe_max_diff = self.probe()
@@ -80,20 +82,20 @@ class WeightPublisher:
     def _push(self, version: int, result: PushResult) -> None:
         t0 = time.monotonic()
         record = self.verifier.start_push()
-        if not self.transport.push(version, result, not self.healer.broken, record):
-            self.healer.broken = True
+        healer = self.healer
+        if not self.transport.push(version, result, healer is None or not healer.broken, record) and healer:
+            healer.mark_broken()
         result.transfer_s = time.monotonic() - t0
 
-    def _deliver(self, version: int, result: PushResult) -> None:
+    def _deliver(self, link: GeneratorLink, healer: Healer, version: int, result: PushResult) -> None:
         """Rank 0's push: a generator that fails a step marks the healer broken, to heal (or fail) after."""
-        link, healer = self.link, self.healer
         if self.verifier.needs_served and not link.attempt(
             self.verifier.learn_served(), "asking for weight fingerprints"
         ):
-            healer.broken = True  # a generator is unreachable: the push heals (and verifies) or fails
+            healer.mark_broken()  # a generator is unreachable: the push heals (and verifies) or fails
         t0 = time.monotonic()
         if not link.attempt(link.client.pause(self.cfg.pause_mode), "pause"):
-            healer.broken = True
+            healer.mark_broken()
         result.pause_s = time.monotonic() - t0
         try:
             self._push(version, result)
@@ -102,15 +104,15 @@ class WeightPublisher:
                     self.verifier.check(version, self.transport)
                 except GeneratorError as e:  # did not answer: heal (re-deliver and check) or fail
                     log.warning("weight publisher: checking push %d failed: %s", version, e)
-                    healer.broken = True
+                    healer.mark_broken()
         finally:
             if not link.attempt(link.client.continue_generation(), "continue"):
-                healer.broken = True
+                healer.mark_broken()
 
     def redeliver(self, version: int) -> None:
         """Rank 0, for the healer once every generator answers: the last pushed weights (`version`)
         again, verified, generation paused meanwhile. Raises where a generator fails a step."""
-        link = self.link
+        link = rank0(self.link, "WeightPublisher.redeliver")
         link.run(link.client.pause(self.cfg.pause_mode))
         try:
             if self.verifier.needs_served:
@@ -126,7 +128,8 @@ class WeightPublisher:
         return probe(self.engine, self.link, self.cfg.probe_tolerance)
 
     def close(self) -> None:
-        self.healer.stop()
+        if self.healer is not None:
+            self.healer.stop()
         if self.link is not None:
             self.link.close()
             self.link = None

@@ -17,7 +17,7 @@ import torch
 
 from areal_mem.config.learner import PublishConfig
 
-from .link import GeneratorLink
+from .link import GeneratorLink, rank0
 
 Named = Iterable[Tuple[str, torch.Tensor]]  # HF-named tensors
 Record = Callable[[Named], None]  # takes the tensors a push sends (the verifier's fingerprints)
@@ -39,6 +39,10 @@ class Transport(ABC):
     def __init__(self, engine, link: Optional[GeneratorLink], cfg: PublishConfig):
         self.engine, self.link, self.cfg = engine, link, cfg
         self.leader = engine.rank == 0
+
+    def rank0_link(self) -> GeneratorLink:
+        """The generator link, in the parts only rank 0 runs (set-up, delivery, re-delivery)."""
+        return rank0(self.link, type(self).__name__)
 
     @abstractmethod
     def setup(self) -> None:

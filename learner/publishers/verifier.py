@@ -26,7 +26,7 @@ from areal_mem.config.learner import VerifyMode
 from areal_mem.generation import GeneratorError
 from areal_mem.weight_fingerprint import fingerprint_items, served_dtype
 
-from .link import GeneratorLink
+from .link import GeneratorLink, rank0
 from .transport import Named, Record, Transport
 
 log = logging.getLogger(__name__)
@@ -74,8 +74,9 @@ class Verifier:
             return None
         if self.served is None or not self.active:
             return _read
-        self.expected = {}
-        return lambda named: self.expected.update(self._fingerprint(named))
+        expected: Expected = {}
+        self.expected = expected
+        return lambda named: expected.update(self._fingerprint(named))
 
     async def learn_served(self) -> None:
         """Learn the dtype each generator serves each tensor in, from one `/weights_checker` call.
@@ -83,7 +84,7 @@ class Verifier:
         reproduce, or a 4xx: a server without the route) turns verify off under `auto` and is an
         error under `on`. Raises GeneratorError when a generator does not answer (5xx, down)."""
         try:
-            answers = await self.link.client.weight_checksums()
+            answers = await rank0(self.link, "Verifier").client.weight_checksums()
         except GeneratorError as e:
             if not 400 <= e.status < 500:
                 raise
@@ -111,7 +112,8 @@ class Verifier:
         dtype for a tensor they do not serve: the check then names it), one tensor at a time."""
         t0 = time.monotonic()
         out: Expected = {}
-        items = ((n, t, d) for n, t in named for d in (self.served.get(n) or {t.dtype}))
+        served = self.served or {}
+        items = ((n, t, d) for n, t in named for d in (served.get(n) or {t.dtype}))
         for name, fp in fingerprint_items(items):
             out.setdefault(name, {})[fp.partition(":")[0]] = fp
         self.fingerprint_s += time.monotonic() - t0
@@ -128,7 +130,8 @@ class Verifier:
         expected = self.expected
         if expected is None:
             raise WeightMismatch(f"weight push {version}: no fingerprints of the pushed weights to verify against")
-        for url, sums in self.link.run(self.link.client.weight_checksums()).items():
+        link = rank0(self.link, "Verifier")
+        for url, sums in link.run(link.client.weight_checksums()).items():
             differ = [n for n, fp in sums.items() if n in expected and expected[n].get(fp.partition(":")[0]) != fp]
             missing = [n for n in expected if n not in sums]
             extra = [n for n in sums if n not in expected]
