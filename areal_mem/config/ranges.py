@@ -188,6 +188,9 @@ RANGES: Dict[str, Range] = {
     "learner.sft.oracle_questions": at_least(0, "all"),
     "learner.sft.oracle_mistake_rate": SHARE,
     "learner.sft.threads": at_least(0, "every core"),
+    "learner.lora.rank": Range(min=1, max=INT32),
+    "learner.lora.alpha": POSITIVE,
+    "learner.lora.dropout": Range(min=0, max=0.99),
     # launcher
     "launcher.learner_ranks": ONE,
     "launcher.health_timeout_s": POSITIVE,
