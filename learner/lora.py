@@ -147,6 +147,14 @@ def checkpoint_adapter_only(engine) -> None:
     engine.module_state_dict = module_state_dict
 
 
+def base_tensors(model: torch.nn.Module) -> Iterator[Tuple[str, torch.Tensor]]:
+    """The frozen base under its own names (what a generator serves beside its adapters)."""
+    for n, p in model.named_parameters():
+        if ".lora_" not in n:
+            with _gathered([p]):
+                yield n.replace(".base_layer.", "."), p.detach().clone()
+
+
 def save_adapter(out_dir: str, tensors: Dict[str, torch.Tensor], config: dict) -> str:
     """Write a PEFT adapter folder (safetensors + adapter_config.json); returns its path."""
     from safetensors.torch import save_file

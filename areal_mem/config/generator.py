@@ -64,6 +64,8 @@ class GeneratorLoraConfig:
     max_rank: int = 0  # 0: learner.lora.rank
     target_modules: List[str] = field(default_factory=list)  # empty: learner.lora.target_modules
     max_loras: int = 4  # adapters loaded at once
+    # the adapter every rollout request names (`lora_path`); with learner.lora: learner.lora.name
+    adapter: str = ""
 
 
 @dataclass

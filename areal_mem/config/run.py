@@ -33,6 +33,7 @@ class RunConfig:
         gen.enabled = gen.enabled or learn.enabled
         gen.max_rank = gen.max_rank or learn.rank
         gen.target_modules = list(gen.target_modules or learn.target_modules)
+        gen.adapter = gen.adapter or (learn.name if learn.enabled else "")
         if learn.enabled and learn.rank > gen.max_rank:
             raise ValueError(f"learner.lora.rank {learn.rank} is above generator.lora.max_rank {gen.max_rank}")
         missing = sorted(set(learn.target_modules) - set(gen.target_modules)) if learn.enabled else []
