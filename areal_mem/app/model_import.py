@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List
 
 from areal_mem import extras
+from areal_mem.app import model_export
 
 HELP = "import a model (a .gguf file, a transformers folder, or smollm2-135m-instruct) as a folder every service loads"
 
@@ -226,9 +227,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("import", help=HELP, description=HELP)
     p.add_argument("src", help=f"a .gguf file, a transformers folder, or one of: {', '.join(sorted(KNOWN))}")
     p.add_argument("--out", required=True, help="the model folder to write (new or empty)")
+    model_export.add_export_parser(sub)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "export":
+        return model_export.run(args)
     try:
         record = import_model(args.src, args.out)
     except ImportRefused as e:
