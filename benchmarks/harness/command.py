@@ -33,6 +33,7 @@ BENCHES = {
     "paper": "benchmarks.harness.paper",
     "cost": "benchmarks.harness.cost_model",
     "retrieval": "benchmarks.harness.retrieval",
+    "lora": "benchmarks.bench_lora",
     "all": "benchmarks.harness.report",
 }
 
