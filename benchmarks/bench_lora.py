@@ -87,8 +87,11 @@ def run_arm(args: argparse.Namespace) -> Dict:
     torch.set_num_threads(args.threads)
     lora = args.arm == "lora"
     tok = AutoTokenizer.from_pretrained(args.model)
-    prompts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True) for p in PROMPTS]
-    prompts = [list(p["input_ids"] if isinstance(p, dict) else p) for p in prompts]
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        for p in PROMPTS
+    ]
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     run_dir = tempfile.mkdtemp(prefix=f"bench_lora_{args.arm}_")
     lcfg = LoraConfig(enabled=lora, rank=args.rank, alpha=2.0 * args.rank)
     gen_lora = GeneratorLoraConfig(enabled=True, max_rank=args.rank, target_modules=list(lcfg.target_modules))

@@ -66,13 +66,14 @@ class LoraTransport(Transport):
         self._clean()
         return delivered
 
-    async def _deliver(self, version: Optional[int], path: str) -> None:
-        """Replace the adapter of our name on every generator, then label the version (None: keep)."""
+    async def _deliver(self, version: Optional[int], path: str, fresh: bool = False) -> None:
+        """Replace the adapter of our name on every generator, then label the version (None: keep).
+        `fresh`: a generator may not hold it (a restarted one), so a failed unload is no failure."""
         client = self.link.client
         try:
             await client.unload_lora_adapter(self.name)
         except GeneratorError:
-            if self.loaded:  # ours was there and could not be taken out: the push failed
+            if self.loaded and not fresh:  # ours was there and could not be taken out: the push failed
                 raise
         await client.load_lora_adapter(self.name, path)
         self.loaded = True
@@ -97,7 +98,7 @@ class LoraTransport(Transport):
 
     def redeliver(self) -> None:
         if self.last is not None:
-            self.link.run(self._deliver(*self.last))
+            self.link.run(self._deliver(*self.last, fresh=True))
 
     def close(self) -> None:
         """Nothing held."""

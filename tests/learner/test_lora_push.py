@@ -68,11 +68,11 @@ def engine(llama_dir):
     return LearnerEngine(llama_dir, LearnerConfig(lr=2e-2, zero_stage=2, micro_batch_tokens=256, lora=lora))
 
 
-def _generator(model_dir, base, lora: bool):
+def _generator(model_dir, base, lora: bool, targets=TARGETS):
     return start_embedded_generator(
         model_dir,
         EmbeddedConfig(max_batch_size=4, torch_threads=1, weights_dirs=[str(base)], device="cpu"),
-        lora=GeneratorLoraConfig(enabled=True, max_rank=8, target_modules=TARGETS) if lora else None,
+        lora=GeneratorLoraConfig(enabled=True, max_rank=8, target_modules=targets) if lora else None,
     )
 
 
@@ -163,3 +163,31 @@ def test_rank_above_the_generators_refused_by_name():
         load_run(overrides=["model.path=m", "learner.lora.enabled=true", "learner.lora.rank=0"])
     cfg = load_run(overrides=["model.path=m", "learner.lora.enabled=true", "learner.lora.rank=16"])
     assert (cfg.generator.lora.enabled, cfg.generator.lora.max_rank, cfg.generator.lora.adapter) == (True, 16, "policy")
+
+
+SMOLLM2 = "/work/models/smollm2"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(SMOLLM2), reason="SmolLM2-135M-Instruct is not imported at /work/models/smollm2")
+def test_smollm2_adapter_push_behaviour_logprobs(tmp_path_factory, tmp_path, checker):
+    """The same on SmolLM2-135M-Instruct: mean |behaviour - learner| < 1e-3 in float32 through a push."""
+    from areal_mem.learner.engine import LearnerEngine
+
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    lora = LoraConfig(enabled=True, rank=8, alpha=16.0, target_modules=targets)
+    engine = LearnerEngine(SMOLLM2, LearnerConfig(lr=1e-3, zero_stage=2, micro_batch_tokens=2048, lora=lora))
+    with _generator(SMOLLM2, tmp_path_factory.getbasetemp(), lora=True, targets=targets) as gen:
+        client = GeneratorClient([gen.url], lora_path="policy", on_request=checker.request)
+        pub = make_publisher(PublishConfig(heal=False, verify=VerifyMode.on), engine, client, str(tmp_path))
+        try:
+            pub.setup()
+            assert engine.train_step(fixed_rows(engine.engine.module.config.vocab_size), version=0)["grad_norm"] > 0
+            pub.publish(1)
+            prompts = [[1, 504, 3458, 314, 253, 3073], [1, 28, 6601, 260, 16013, 288]]
+            for prompt, out in zip(prompts, _rollout(gen.url, checker, prompts)):
+                assert set(out.versions) == {1}
+                diff = (torch.tensor(out.logprobs) - _learner_logprobs(engine, prompt, out)).abs()
+                assert float(diff.mean()) < 1e-3, float(diff.mean())
+        finally:
+            pub.close()
