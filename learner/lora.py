@@ -64,6 +64,9 @@ def peft_config(cfg: LoraConfig):
 
 def apply(model: torch.nn.Module, cfg: LoraConfig) -> torch.nn.Module:
     """Inject the adapter (drawn from torch's current seed) and freeze every other parameter."""
+    from areal_mem.extras import require
+
+    require("lora", ["peft"], "learner.lora.enabled")
     from peft import inject_adapter_in_model
 
     check_targets(model, cfg.target_modules)
