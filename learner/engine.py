@@ -23,7 +23,7 @@ import torch
 from areal_mem.config.learner import Dtype, LearnerConfig, ProxMode
 
 from . import distributed as D
-from . import head
+from . import head, lora
 from .batch import TrainRow, collate
 from .loss import (
     MISMATCH_SUMS,
@@ -125,6 +125,8 @@ class LearnerEngine:
         self.rank, self.world = D.rank(), D.world_size()
         torch.manual_seed(seed)
         model = _load_causal_lm(model_path)
+        if cfg.lora.enabled:  # only the adapter trains (and has optimiser state); `lora.py`
+            model = lora.apply(model, cfg.lora)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         self.ref = None
@@ -136,6 +138,8 @@ class LearnerEngine:
             model_parameters=[p for p in model.parameters() if p.requires_grad],
             config=deepspeed_config(cfg, scheduler),
         )
+        if cfg.lora.enabled:
+            lora.checkpoint_adapter_only(self.engine)
         if scheduler is not None:
             # DeepSpeed's schedulers start at iteration -1, where they set the rate to 0, and step
             # after each optimiser step: step once so that step 1 runs at iteration 0 as the
@@ -301,8 +305,13 @@ class LearnerEngine:
         """HF-named full tensors in the model's order (ZeRO-3 parameters gathered one by one).
 
         Every rank must iterate (gathering is collective); only rank 0's values are meant to be used.
+        With LoRA, the base's tensors with the adapter merged in.
         """
         import deepspeed
+
+        if self.cfg.lora.enabled:
+            yield from lora.merged_tensors(self.engine.module)
+            return
 
         for name, p in self.engine.module.named_parameters():
             if hasattr(p, "ds_id"):
@@ -310,6 +319,17 @@ class LearnerEngine:
                     yield name, p.detach().clone()
             else:
                 yield name, p.detach()
+
+    def adapter_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
+        """The LoRA adapter in PEFT's file names (every rank iterates; ZeRO-3 gathers)."""
+        return lora.adapter_tensors(self.engine.module)
+
+    def export_adapter(self, out_dir: str) -> Optional[str]:
+        """Write the adapter as a PEFT folder (rank 0; every rank calls)."""
+        tensors = {n: t.cpu() for n, t in self.adapter_weights()}
+        if self.rank != 0:
+            return None
+        return lora.save_adapter(out_dir, tensors, lora.adapter_config(self.cfg.lora, self.model_path))
 
     def export_hf(self, out_dir: str) -> Optional[str]:
         """Save the model in Hugging Face format (safetensors + config + tokenizer files)."""
@@ -327,14 +347,20 @@ class LearnerEngine:
     # ---- checkpoints ----
     def save_checkpoint(self, ckpt_dir: str, client_state: dict) -> str:
         tag = f"step{self.global_step}"
-        self.engine.save_checkpoint(ckpt_dir, tag=tag, client_state=dict(client_state, global_step=self.global_step))
+        # with LoRA only the adapter and its optimiser state: the frozen base is the model's own
+        self.engine.save_checkpoint(
+            ckpt_dir,
+            tag=tag,
+            client_state=dict(client_state, global_step=self.global_step),
+            exclude_frozen_parameters=self.cfg.lora.enabled,
+        )
         return tag
 
     def load_checkpoint(self, ckpt_dir: str) -> Optional[dict]:
         """Load the latest checkpoint in `ckpt_dir`; None when there is none."""
         if not os.path.isfile(os.path.join(ckpt_dir, "latest")):
             return None
-        path, client = self.engine.load_checkpoint(ckpt_dir)
+        path, client = self.engine.load_checkpoint(ckpt_dir, load_module_strict=not self.cfg.lora.enabled)
         if path is None:
             return None
         self.global_step = int(client.get("global_step", 0))

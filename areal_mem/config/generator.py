@@ -61,6 +61,20 @@ class EmbeddedConfig:
 
 
 @dataclass
+class GeneratorLoraConfig:
+    """`generator.lora.*`: serve LoRA adapters (SGLang's `--enable-lora`, `--max-lora-rank`,
+    `--lora-target-modules`, `--max-loras-per-batch`). With `learner.lora.enabled` it is on, and
+    its unset rank and targets are the learner's."""
+
+    enabled: bool = False
+    max_rank: int = 0  # 0: learner.lora.rank
+    target_modules: List[str] = field(default_factory=list)  # empty: learner.lora.target_modules
+    max_loras: int = 4  # adapters loaded at once
+    # the adapter every rollout request names (`lora_path`); with learner.lora: learner.lora.name
+    adapter: str = ""
+
+
+@dataclass
 class GeneratorClientConfig:
     """How the rollout workers and the learner call the generators (`generator.client.*`)."""
 
@@ -82,6 +96,7 @@ class GeneratorConfig:
     token: str = ""
     startup_timeout_s: float = 180.0  # launchers wait this long for /health
     embedded: EmbeddedConfig = field(default_factory=EmbeddedConfig)
+    lora: GeneratorLoraConfig = field(default_factory=GeneratorLoraConfig)
     client: GeneratorClientConfig = field(default_factory=GeneratorClientConfig)
     # sglang backend: extra `python -m sglang.launch_server` arguments
     sglang_args: List[str] = field(default_factory=list)

@@ -123,6 +123,28 @@ class SFTConfig:
     threads: int = 0
 
 
+class LoraInit(str, Enum):
+    """How a new adapter starts (peft's `init_lora_weights`)."""
+
+    default = "default"  # A Kaiming-uniform, B zero: the adapted model starts as the base model
+    gaussian = "gaussian"  # A Gaussian (std 1/rank), B zero
+
+
+@dataclass
+class LoraConfig:
+    """`learner.lora.*`: train a LoRA adapter (peft) in place of every parameter; the base stays
+    frozen, checkpoints hold the adapter and its optimiser state, pushes carry the adapter only
+    (docs/learner.md "LoRA")."""
+
+    enabled: bool = False
+    rank: int = 8
+    alpha: float = 16.0  # the update is (alpha / rank) x B A
+    dropout: float = 0.0  # on the adapter's input in training (the generators apply none)
+    target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    init: LoraInit = LoraInit.default
+    name: str = "policy"  # the adapter's name on the generators (rollout requests name it)
+
+
 @dataclass
 class LearnerConfig:
     steps: int = 100  # optimiser steps (batches) to train
@@ -155,3 +177,4 @@ class LearnerConfig:
     log_interval: int = 1
     batch_timeout_s: float = 600.0  # give up waiting for the buffer after this long
     sft: SFTConfig = field(default_factory=SFTConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)

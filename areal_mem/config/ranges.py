@@ -201,6 +201,11 @@ RANGES: Dict[str, Range] = {
     "learner.sft.oracle_questions": at_least(0, "all"),
     "learner.sft.oracle_mistake_rate": SHARE,
     "learner.sft.threads": at_least(0, "every core"),
+    "learner.lora.rank": Range(min=1, max=INT32),
+    "generator.lora.max_rank": at_least(0, "learner.lora.rank"),
+    "generator.lora.max_loras": ONE,
+    "learner.lora.alpha": POSITIVE,
+    "learner.lora.dropout": Range(min=0, max=0.99),
     # launcher
     "launcher.learner_ranks": ONE,
     "launcher.health_timeout_s": POSITIVE,

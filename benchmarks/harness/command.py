@@ -34,6 +34,7 @@ BENCHES = {
     "cost": "benchmarks.harness.cost_model",
     "retrieval": "benchmarks.harness.retrieval",
     "wiki": "benchmarks.harness.wiki_retrieval",
+    "lora": "benchmarks.bench_lora",
     "all": "benchmarks.harness.report",
 }
 

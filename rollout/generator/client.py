@@ -88,9 +88,11 @@ class GeneratorClient(PooledSession):
         on_request: Optional[Hook] = None,
         on_response: Optional[Hook] = None,
         priority: Optional[int] = None,
+        lora_path: Optional[str] = None,
     ):
         """`priority`: SGLang's request priority on every /generate (larger first; None sends none),
-        unless the caller's context sets one (`areal_mem.generation.REQUEST_PRIORITY`)."""
+        unless the caller's context sets one (`areal_mem.generation.REQUEST_PRIORITY`).
+        `lora_path`: the LoRA adapter every /generate names (the learner's, `generator.lora.adapter`)."""
         if not urls:
             raise ValueError("GeneratorClient needs at least one server url")
         self.servers = [_Server(u.rstrip("/")) for u in urls]
@@ -99,6 +101,7 @@ class GeneratorClient(PooledSession):
         self.cooldown_s, self.flush_retry_s = cooldown_s, flush_retry_s
         self.on_request, self.on_response = on_request, on_response
         self.priority = priority
+        self.lora_path = lora_path
         self._sticky: OrderedDict[str, _Server] = OrderedDict()
         self._rid_server: Dict[str, _Server] = {}
         self._active: set = set()  # rids of this client's generate calls in progress
@@ -211,6 +214,8 @@ class GeneratorClient(PooledSession):
             priority = self.priority if priority is None else priority
             if priority is not None:
                 payload["priority"] = priority
+            if self.lora_path:
+                payload["lora_path"] = self.lora_path
             server = self._pick(sticky_key)
             server.outstanding += 1
             self._rid_server[rid] = server
@@ -345,6 +350,19 @@ class GeneratorClient(PooledSession):
             self.urls,
         )
 
+    async def load_lora_adapter(self, name: str, path: str) -> List[dict]:
+        """SGLang's `/load_lora_adapter` on every server: the PEFT folder `path` served as `name`."""
+        answers = await self._all("POST", "/load_lora_adapter", {"lora_name": name, "lora_path": path})
+        return self._check_success("/load_lora_adapter", answers, self.urls)
+
+    async def unload_lora_adapter(self, name: str) -> List[dict]:
+        answers = await self._all("POST", "/unload_lora_adapter", {"lora_name": name})
+        return self._check_success("/unload_lora_adapter", answers, self.urls)
+
+    async def update_weight_version(self, version: int) -> None:
+        """Label what every server serves as `version` (after a LoRA push), requests kept."""
+        await self._all("POST", "/update_weight_version", {"new_version": str(version), "abort_all_requests": False})
+
     async def flush_cache(self, timeout_s: float = 60.0) -> None:
         """Flush every server's cache, retrying while one answers 400 (requests in flight)."""
         deadline = time.monotonic() + timeout_s
@@ -426,5 +444,6 @@ def client_from_config(
         cooldown_s=cfg.client.cooldown_s,
         flush_retry_s=cfg.client.flush_retry_s,
         priority=priority,
+        lora_path=cfg.lora.adapter or None,
         **hooks,
     )

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from areal_mem.security import InsecureBindError, check_bind
 
     from .client import TOKEN_ENV
+    from .launch import lora_args
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = load_run(args.config, args.overrides, optional=["model.path"])
@@ -66,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if g.backend == GeneratorBackend.sglang:
         tp = cfg.launcher.gpus_per_generator  # the launcher's CUDA_VISIBLE_DEVICES holds that many GPUs
-        return _serve_sglang(model, host, port, token, list(g.sglang_args), g.startup_timeout_s, args.ready_file, tp)
+        extra = list(g.sglang_args) + lora_args(g.lora)
+        return _serve_sglang(model, host, port, token, extra, g.startup_timeout_s, args.ready_file, tp)
 
     import torch
 
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     emb = g.embedded
     if emb.torch_threads > 0:
         torch.set_num_threads(emb.torch_threads)
-    server = build_server(model, emb, token, args.weight_version, _weights_dirs(cfg, model))
+    server = build_server(model, emb, token, args.weight_version, _weights_dirs(cfg, model), g.lora)
     if args.paused:
         server.service.engine.pause("abort")
 

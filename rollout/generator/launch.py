@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence
 
-from areal_mem.config.generator import EmbeddedConfig, GeneratorBackend, GeneratorConfig
+from areal_mem.config.generator import EmbeddedConfig, GeneratorBackend, GeneratorConfig, GeneratorLoraConfig
 from areal_mem.net import free_port
 from areal_mem.process import ChildProcess, ready_file_path, serve_command, wait_ready, wait_until
 from areal_mem.security import auth_headers, check_bind
@@ -71,6 +71,7 @@ def start_embedded_generator(
     startup_timeout_s: float = 180.0,
     log_path: str = "",
     weight_version: str = "0",
+    lora: Optional[GeneratorLoraConfig] = None,
 ) -> ServerHandle:
     """A real embedded server in a subprocess, healthy on return. port 0: the OS picks one.
     `embedded` (default: the schema's) goes whole to the child as `generator.embedded.*` overrides."""
@@ -79,6 +80,7 @@ def start_embedded_generator(
     settings = asdict(embedded or EmbeddedConfig())
     settings["weights_dirs"] = [os.path.abspath(d) for d in settings["weights_dirs"]]
     overrides = [f"generator.embedded.{k}={json.dumps(v) if isinstance(v, list) else v}" for k, v in settings.items()]
+    overrides += lora_overrides(lora)
     cmd = serve_command(
         "generator", ready, port, "--model", model_path, "--host", host, "--weight-version", weight_version, *overrides
     )
@@ -92,6 +94,34 @@ def start_embedded_generator(
         child.stop()
         raise
     return ServerHandle(url, child, temp_log=not log_path)
+
+
+def lora_args(lora: GeneratorLoraConfig) -> List[str]:
+    """SGLang's LoRA flags for `generator.lora` (none when it is off)."""
+    if not lora.enabled:
+        return []
+    return [
+        "--enable-lora",
+        "--max-lora-rank",
+        str(lora.max_rank),
+        "--lora-target-modules",
+        *lora.target_modules,
+        "--max-loras-per-batch",
+        str(lora.max_loras),
+    ]
+
+
+def lora_overrides(lora: Optional[GeneratorLoraConfig]) -> List[str]:
+    """`generator.lora.*` overrides that give an embedded child the same LoRA settings."""
+    if lora is None or not lora.enabled:
+        return []
+    targets = json.dumps(list(lora.target_modules))
+    return [
+        "generator.lora.enabled=true",
+        f"generator.lora.max_rank={lora.max_rank}",
+        f"generator.lora.target_modules={targets}",
+        f"generator.lora.max_loras={lora.max_loras}",
+    ]
 
 
 def sglang_command(
@@ -144,7 +174,13 @@ def start_generators(cfg: GeneratorConfig, model_path: str) -> List[ServerHandle
     """`cfg.num_servers` servers of `cfg.backend` (a `GeneratorConfig`), all healthy on return."""
     if cfg.backend == GeneratorBackend.sglang:
         return start_sglang_servers(
-            model_path, cfg.num_servers, cfg.host, cfg.port, cfg.token, list(cfg.sglang_args), cfg.startup_timeout_s
+            model_path,
+            cfg.num_servers,
+            cfg.host,
+            cfg.port,
+            cfg.token,
+            list(cfg.sglang_args) + lora_args(cfg.lora),
+            cfg.startup_timeout_s,
         )
     handles: List[ServerHandle] = []
     try:
@@ -157,6 +193,7 @@ def start_generators(cfg: GeneratorConfig, model_path: str) -> List[ServerHandle
                     cfg.port + i if cfg.port else 0,
                     cfg.token,
                     cfg.startup_timeout_s,
+                    lora=cfg.lora,
                 )
             )
     except BaseException:

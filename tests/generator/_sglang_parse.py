@@ -64,7 +64,8 @@ def main() -> None:
             print(json.dumps({"error": err.getvalue().strip().splitlines()[-1]}))
             continue
         server_args = ServerArgs.from_cli_args(args)
-        print(json.dumps({f: getattr(server_args, f) for f in FIELDS}))
+        fields = FIELDS + tuple(json.loads(sys.argv[2]) if len(sys.argv) > 2 else ())  # argv[2]: more to report
+        print(json.dumps({f: getattr(server_args, f) for f in fields}))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from typing import Callable, Deque, Dict, Iterable, List, Optional, Sequence, Se
 import torch
 
 from . import kv_cache
+from .lora import LoraAdapters
 from .prefix_cache import PrefixCache
 from .sampling import SamplingSpec, sample_from, scaled_logprobs
 
@@ -46,6 +47,7 @@ class Request:
     top_logprobs_num: int = 0  # > 0: record the k most likely tokens at every output position
     on_token: Optional[Callable[[Request], None]] = None  # after each unfinished token (streaming)
     priority: int = 0  # SGLang's: larger is admitted first; equal ones in arrival order
+    lora: Optional[str] = None  # the LoRA adapter it names (`lora_path`); None: the base model
     computed: int = 0  # tokens of it whose KV a retract threw away: prefilled again on resume
     weights: int = -1  # the engine's weight load its KV began under (set at its prefill)
     output_ids: List[int] = field(default_factory=list)
@@ -106,9 +108,11 @@ class Engine:
         decode: Optional[Callable[[List[int]], str]] = None,
         version: str = "0",
         prefix_cache_tokens: int = 0,
+        lora: Optional[LoraAdapters] = None,
     ):
         """`prefix_cache_tokens`: KV of finished sequences kept for reuse as later prompts'
-        prefixes (`prefix_cache.py`); 0: none."""
+        prefixes (`prefix_cache.py`); 0: none. `lora`: the adapters served (`lora.py`); None:
+        a server started without LoRA."""
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.eos_ids: Set[int] = set(eos_ids)
@@ -132,6 +136,8 @@ class Engine:
         self.joins, self.join_copies = 0, 0
         self._aborted: collections.OrderedDict = collections.OrderedDict()  # rid -> tokens computed
         self.prefix = PrefixCache(prefix_cache_tokens)
+        self.lora = lora
+        self._lora_unloaded = False  # an adapter went: requests naming it end before the next step
         self._weights = 0  # counts weight loads: KV begun under an earlier count is never stored
         self.prefix_hit_tokens = 0  # prompt tokens whose KV came from the prefix cache, not a prefill
         self._step_lock = threading.RLock()  # held for a step and for every change of state
@@ -242,6 +248,7 @@ class Engine:
     def resume(self) -> None:
         with self._cv:
             self._paused = False
+            self._lora_unloaded = self.lora is not None  # requests let in while paused name adapters
             self._cv.notify_all()
 
     def abort(self, rid: Optional[str] = None, message: str = "Abort by /abort_request") -> int:
@@ -302,6 +309,14 @@ class Engine:
             self._weights += 1  # rows kept in place keep running, but their KV is not stored
         return len(named)
 
+    def lora_call(self, fn: Callable, *args):
+        """`fn(*args)` between two steps (`LoraAdapters.load` / `unload` of `self.lora`); after an
+        unload, requests naming an adapter no longer loaded end (abort) before the next step
+        unless it is loaded again first (a push replaces the learner's adapter while paused)."""
+        with self._control():
+            self._lora_unloaded = True
+            return fn(*args)
+
     def flush_prefix_cache(self) -> int:
         """Drop every stored prefix (SGLang's /flush_cache); returns the tokens dropped."""
         with self._control():
@@ -337,6 +352,11 @@ class Engine:
                 if self._stopping:
                     return
             with self._step_lock:
+                if self._lora_unloaded and not self._paused:
+                    self._lora_unloaded = False
+                    self._abort_where(
+                        lambda r: r.lora and r.lora not in self.lora.loaded, "Abort: LoRA adapter unloaded"
+                    )
                 with self._cv:
                     if self._paused:
                         continue
@@ -413,7 +433,9 @@ class Engine:
             self._unindex([r])
         r.complete(finish)
 
-    def _forward(self, ids, mask, pos, cache):
+    def _forward(self, ids, mask, pos, cache, rows: Sequence[Request]):
+        if self.lora is not None:  # each row's adapter slot, for the LoRA hooks
+            self.lora.rows = [self.lora.slot(r.lora) for r in rows]
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -435,7 +457,8 @@ class Engine:
         hits = []  # (request, tokens from the prefix cache, their KV): prefilled one by one
         for r in joiners:
             ids = r.prompt_ids + r.output_ids
-            hit, layers = self.prefix.lookup(ids)
+            # KV computed under an adapter is never shared (the cache is keyed by tokens alone)
+            hit, layers = self.prefix.lookup(ids) if r.lora is None else (0, None)
             done_before = r.computed or self._aborted.pop(r.rid, 0)
             self.reprefill_tokens += max(0, min(done_before, len(ids)) - hit)
             self.prefix_hit_tokens += hit
@@ -450,7 +473,7 @@ class Engine:
             ids = torch.tensor([r.prompt_ids + r.output_ids for r in rows], device=self.device)
             pos = torch.arange(n, device=self.device).expand(len(rows), n)
             cache = kv_cache.empty_cache(self._num_layers)
-            logits = self._forward(ids, None, pos, cache)
+            logits = self._forward(ids, None, pos, cache, rows)
             parts.append((rows, cache, n, self._sample_and_record(rows, logits)))
         for r, hit, layers in hits:
             ids = r.prompt_ids + r.output_ids
@@ -458,7 +481,7 @@ class Engine:
             self.prefill_tokens += n - hit
             cache = kv_cache.from_prefix(layers)
             pos = torch.arange(hit, n, device=self.device).unsqueeze(0)
-            logits = self._forward(torch.tensor([ids[hit:]], device=self.device), None, pos, cache)
+            logits = self._forward(torch.tensor([ids[hit:]], device=self.device), None, pos, cache, [r])
             parts.append(([r], cache, n, self._sample_and_record([r], logits)))
         rows = [r for part in parts for r in part[0]]
         lens = [torch.full((len(part[0]),), part[2], device=self.device) for part in parts]
@@ -491,7 +514,7 @@ class Engine:
 
     def _decode(self) -> None:
         mask = torch.cat([self._mask, torch.ones_like(self._mask[:, :1])], dim=1)
-        logits = self._forward(self._last.unsqueeze(1), mask, self._pos.unsqueeze(1), self._cache)
+        logits = self._forward(self._last.unsqueeze(1), mask, self._pos.unsqueeze(1), self._cache, self._rows)
         self._mask, self._pos = mask, self._pos + 1
         self._last = self._sample_and_record(self._rows, logits)
         self._drop_finished()
@@ -523,11 +546,15 @@ class Engine:
                 r.on_token(r)
         return tokens
 
-    def prompt_logprobs(self, ids: List[int], temperature: float, top_k: int) -> Tuple[list, list]:
+    def prompt_logprobs(
+        self, ids: List[int], temperature: float, top_k: int, lora: Optional[str] = None
+    ) -> Tuple[list, list]:
         """Teacher-forced log-probs of every prompt token after the first (as sampled tokens'
         log-probs: temperature-scaled), and its `top_k` most likely tokens per position; one
         forward pass between two steps, under the weights the engine holds then."""
         with self._control(), torch.no_grad():
+            if self.lora is not None:
+                self.lora.rows = [self.lora.slot(lora)]
             logits = self.model(input_ids=torch.tensor([ids], device=self.device)).logits[0, :-1]
             logp = scaled_logprobs(logits, [SamplingSpec(temperature=temperature)] * len(logits), [()] * len(logits))
             self.score_tokens += len(ids)
@@ -574,7 +601,7 @@ class Engine:
         width = self._cache.layers[0].length  # rows are right-aligned: padding on the left
         for i in indices:
             r = self._rows[i]
-            if r.weights != self._weights:  # kept across a weight load (pause in_place): mixed KV
+            if r.weights != self._weights or r.lora is not None:  # mixed KV (pause in_place), or an adapter's
                 continue
             n = r.kv_tokens
             layers = [

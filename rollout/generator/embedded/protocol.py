@@ -82,7 +82,6 @@ REFUSED_TOP = (
     "video_data",
     "audio_data",
     "require_reasoning",
-    "lora_path",
     "session_params",
     "kv_hints",
     "routing_key",
@@ -213,6 +212,7 @@ class ParsedGenerate:
     return_prompt_token_ids: bool = False
     priority: int = 0  # SGLang's request priority (larger first); none counts as 0
     origin: str = "sampling_params"  # where its sampling parameters came from, for error messages
+    lora: Optional[str] = None  # `lora_path`: the name of a loaded LoRA adapter (SGLang's lora_name)
 
 
 @dataclass
@@ -335,6 +335,7 @@ def parse_generate(
     want_lp = _per_prompt(body, "return_logprob", m, _expect(bool, "a boolean"), False)
     starts = _per_prompt(body, "logprob_start_len", m, _expect(int, "an integer"), NO_PROMPT_LOGPROBS)
     tops = _per_prompt(body, "top_logprobs_num", m, _expect(int, "an integer"), 0)
+    loras = _per_prompt(body, "lora_path", m, _expect(str, "an adapter name (a string)"), None)
     n = specs[0].n
     if any(s.n != n for s in specs):
         raise BadRequest("sampling_params.n must be the same for every prompt of a batch (as SGLang requires)")
@@ -353,7 +354,17 @@ def parse_generate(
             rid = rids[i] if n == 1 or rids[i] is None else f"{rids[i]}-{j}"
             items.append(
                 ParsedGenerate(
-                    rid, prompt, spec, want_lp[i], starts[i], tops[i], text_in, prompt_ids_out, priority, origins[i]
+                    rid,
+                    prompt,
+                    spec,
+                    want_lp[i],
+                    starts[i],
+                    tops[i],
+                    text_in,
+                    prompt_ids_out,
+                    priority,
+                    origins[i],
+                    loras[i],
                 )
             )
     return ParsedBatch(items, batched or n > 1, stream)

@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from aiohttp import web
 
-from areal_mem.config.generator import EmbeddedConfig
+from areal_mem.config.generator import EmbeddedConfig, GeneratorLoraConfig
 from areal_mem.http_guard import GuardLimits, start_guarded
 from areal_mem.security import bearer_auth_middleware
 
@@ -24,6 +24,8 @@ from .admin_routes import AdminRoutes
 from .codec import TextCodec
 from .engine import Engine
 from .errors import json_errors
+from .lora import LoraAdapters
+from .lora_routes import LoraRoutes
 from .native_routes import NativeRoutes
 from .openai_routes import OpenAIRoutes
 from .service import EngineService, ModelMeta
@@ -59,7 +61,7 @@ class GeneratorServer:
             middlewares=[json_errors(), bearer_auth_middleware(self.token)], client_max_size=MAX_BODY_BYTES
         )
         validator = RequestValidator(self.service)
-        for family in (NativeRoutes, OpenAIRoutes, AdminRoutes, WeightRoutes):
+        for family in (NativeRoutes, OpenAIRoutes, AdminRoutes, WeightRoutes, LoraRoutes):
             app.add_routes(family(self.service, validator).routes())
         app.on_cleanup.append(self._cleanup)
         return app
@@ -69,7 +71,12 @@ class GeneratorServer:
 
 
 def build_server(
-    model_path: str, cfg: EmbeddedConfig, token: str = "", weight_version: str = "0", weights_dirs: Sequence[str] = ()
+    model_path: str,
+    cfg: EmbeddedConfig,
+    token: str = "",
+    weight_version: str = "0",
+    weights_dirs: Sequence[str] = (),
+    lora: Optional[GeneratorLoraConfig] = None,
 ) -> GeneratorServer:
     """Load the model (and its tokenizer, if the folder has one) and start the engine.
     `weights_dirs`: where /update_weights_from_disk may load from (default: the model's folder);
@@ -91,7 +98,11 @@ def build_server(
         eos.add(tokenizer.eos_token_id)
     ctx = cfg.max_context_len or getattr(hf, "max_position_embeddings", 4096)
     decode = (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)) if tokenizer else None
-    engine = Engine(model, eos, cfg.max_batch_size, ctx, decode, weight_version, cfg.prefix_cache_tokens).start()
+    adapters = None
+    if lora is not None and lora.enabled:  # `generator.lora`: adapters served per request (lora.py)
+        adapters = LoraAdapters(model, lora.max_rank, lora.target_modules, lora.max_loras)
+    engine = Engine(model, eos, cfg.max_batch_size, ctx, decode, weight_version, cfg.prefix_cache_tokens, adapters)
+    engine.start()
     meta = ModelMeta(model_path, int(hf.vocab_size), ctx)
     return GeneratorServer(
         engine, meta, tokenizer, token, cfg.weight_group_timeout_s, list(weights_dirs) or [model_path], cfg

@@ -86,6 +86,7 @@ class EngineService:
         rids = [it.rid for it in items]
         if len(set(rids)) < len(rids):
             raise BadRequest(f"rid {next(r for r in rids if rids.count(r) > 1)!r} appears twice in the request")
+        self._check_lora(items)
         busy = [r for r in rids if self.engine.has_rid(r)]
         if busy:
             raise BadRequest(f"rid {busy[0]!r} is already in flight")
@@ -136,11 +137,24 @@ class EngineService:
                 503,
             )
 
+    def _check_lora(self, items: List[ParsedGenerate]) -> None:
+        """`lora_path` names an adapter this server serves (while generation is paused, a push
+        may be replacing it: the name is checked again when the request starts)."""
+        names = {it.lora for it in items if it.lora is not None}
+        if not names:
+            return
+        lora = self.engine.lora
+        if lora is None:
+            raise BadRequest("lora_path is not supported by a generator started without LoRA (generator.lora.enabled)")
+        unknown = sorted(n for n in names if n not in lora.loaded)
+        if unknown and not self.engine.paused:
+            raise BadRequest(f"lora_path: no LoRA adapter {unknown[0]!r:.80} is loaded (loaded: {lora.names()})")
+
     async def _prompt_logprobs(self, item: ParsedGenerate):
         if not wants_prompt(item):
             return None
         return await asyncio.to_thread(
-            self.engine.prompt_logprobs, item.input_ids, item.spec.temperature, item.top_logprobs_num
+            self.engine.prompt_logprobs, item.input_ids, item.spec.temperature, item.top_logprobs_num, item.lora
         )
 
     def _request(self, item: ParsedGenerate, i: int, loop, fut, progress: asyncio.Queue, stream: bool) -> Request:
@@ -170,6 +184,7 @@ class EngineService:
             top_logprobs_num=item.top_logprobs_num if item.return_logprob else 0,
             on_token=token if stream else None,
             priority=item.priority,
+            lora=item.lora,
         )
 
     async def close(self) -> None:

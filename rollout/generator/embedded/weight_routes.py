@@ -196,6 +196,8 @@ class WeightRoutes:
             named = [(n, p) for n, p in self.engine.model.named_parameters() if not any(s in n for s in skip)]
             t0 = time.monotonic()
             checksums = await asyncio.to_thread(fingerprints, named)
+            if self.engine.lora is not None:  # each loaded adapter's tensors: lora/<name>/<tensor>
+                checksums.update(await asyncio.to_thread(self.engine.lora.fingerprints))
         overall = hashlib.sha256()  # SGLang's per_gpu_checksum: over the sorted names and checksums
         for name in sorted(checksums):
             overall.update(name.encode())
