@@ -215,9 +215,9 @@ class LearnerEngine:
         sums["n_tokens"] = float(n_local)
         tot = D.all_reduce_sums(dict(sums))
         n = max(tot.pop("n_tokens"), 1.0)
-        loss = tot.pop("weighted_loss") / max(units, 1e-12)
+        mean_loss = tot.pop("weighted_loss") / max(units, 1e-12)
         metrics = {k: v / n for k, v in tot.items()}
-        metrics["loss"] = loss
+        metrics["loss"] = mean_loss
         metrics["n_tokens"] = n
         gn = self.engine.get_global_grad_norm()
         metrics["grad_norm"] = float(gn) if gn is not None else 0.0

@@ -54,7 +54,7 @@ def peft_config(cfg: LoraConfig):
 
     return PeftLoraConfig(
         r=cfg.rank,
-        lora_alpha=cfg.alpha,
+        lora_alpha=cfg.alpha,  # type: ignore[arg-type]  # peft declares an int; it divides it by r as a float
         lora_dropout=cfg.dropout,
         target_modules=list(cfg.target_modules),
         init_lora_weights=True if cfg.init == LoraInit.default else cfg.init.value,

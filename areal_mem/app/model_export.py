@@ -75,13 +75,13 @@ def export(src: str, out_dir: str, merge: bool) -> str:
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
     os.makedirs(out_dir, exist_ok=True)
     if merge:
-        model = lora.apply(model, cfg.learner.lora)
-        own = {n: p for n, p in model.named_parameters() if ".lora_" in n}
+        adapted = lora.apply(model, cfg.learner.lora)
+        own = {n: p for n, p in adapted.named_parameters() if ".lora_" in n}
         with torch.no_grad():
             for name, t in tensors.items():
                 key = name.removeprefix(lora.ADAPTER_PREFIX).replace(".lora_A.", ".lora_A.default.")
                 own[key.replace(".lora_B.", ".lora_B.default.")].copy_(t)
-        state = {n: t.contiguous() for n, t in lora.merged_tensors(model)}
+        state = {n: t.contiguous() for n, t in lora.merged_tensors(adapted)}
         AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32).save_pretrained(out_dir, state_dict=state)
     else:
         model.save_pretrained(out_dir)

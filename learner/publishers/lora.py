@@ -50,26 +50,26 @@ class LoraTransport(Transport):
         return self.engine.export_adapter(self.path(version))
 
     def push(self, version: int, result: PushResult, deliver: bool, record: Optional[Record]) -> bool:
-        path = self.write(version)
+        path = self.write(version)  # rank 0's folder; None on the other ranks
         if record is not None:
             if self.base is None:  # every rank reads the base once (collective under ZeRO-3)
                 base = [(n, t.cpu()) for n, t in lora.base_tensors(self.engine.engine.module)]
                 self.base = base if self.leader else []
-            record(itertools.chain(self.base, self._adapter_named(path) if self.leader else ()))
-        if not self.leader:
+            record(itertools.chain(self.base, self._adapter_named(path) if path is not None else ()))
+        if path is None:
             return True
         result.bytes = os.path.getsize(os.path.join(path, lora.ADAPTER_FILE))
-        self.last = (version, os.path.abspath(path))
+        last = self.last = (version, os.path.abspath(path))
         delivered = True
         if self.link is not None and deliver:
-            delivered = self.link.attempt(self._deliver(*self.last), f"load_lora_adapter v{version}")
+            delivered = self.link.attempt(self._deliver(*last), f"load_lora_adapter v{version}")
         self._clean()
         return delivered
 
     async def _deliver(self, version: Optional[int], path: str, fresh: bool = False) -> None:
         """Replace the adapter of our name on every generator, then label the version (None: keep).
         `fresh`: a generator may not hold it (a restarted one), so a failed unload is no failure."""
-        client = self.link.client
+        client = self.rank0_link().client
         try:
             await client.unload_lora_adapter(self.name)
         except GeneratorError:
@@ -84,7 +84,7 @@ class LoraTransport(Transport):
         """Every rank, before the first rollout: the generators serve the adapter the learner
         starts from under its name (their version label unchanged)."""
         path = self.write(-1 if self.last is None else self.last[0])
-        if self.link is not None:
+        if self.link is not None and path is not None:
             self.link.run(self._deliver(None, os.path.abspath(path)))
 
     def _adapter_named(self, path: str) -> Named:
@@ -98,7 +98,7 @@ class LoraTransport(Transport):
 
     def redeliver(self) -> None:
         if self.last is not None:
-            self.link.run(self._deliver(*self.last, fresh=True))
+            self.rank0_link().run(self._deliver(*self.last, fresh=True))
 
     def close(self) -> None:
         """Nothing held."""
