@@ -71,9 +71,9 @@ def read_adapter_dir(path: str, allowed: List[str]) -> tuple:
 
     real = allowed_path(path, allowed, "lora_path")
     cfg_path, weights = os.path.join(real, CONFIG_FILE), os.path.join(real, ADAPTER_FILE)
-    for f in (cfg_path, weights):
-        if not os.path.isfile(f):
-            raise AdapterError(f"lora_path {path!r}: no {os.path.basename(f)} there (a PEFT adapter folder)")
+    for needed in (cfg_path, weights):
+        if not os.path.isfile(needed):
+            raise AdapterError(f"lora_path {path!r}: no {os.path.basename(needed)} there (a PEFT adapter folder)")
     if os.path.getsize(cfg_path) > MAX_CONFIG_BYTES:
         raise AdapterError(f"{cfg_path}: larger than {MAX_CONFIG_BYTES} bytes")
     with open(cfg_path, encoding="utf-8") as f:
@@ -162,8 +162,14 @@ class LoraRoutes:
             return self._answer(False, str(e))
         return self._answer(True)
 
+    def _adapters(self) -> LoraAdapters:
+        """The engine's adapters; `_run` answered a server without LoRA before any `act`."""
+        if self.engine.lora is None:
+            raise RuntimeError("LoRA is not enabled on this generator")
+        return self.engine.lora
+
     def _serve(self, name: str, config: dict, named: list, path: str) -> None:
-        lora = self.engine.lora
+        lora = self._adapters()
         self.engine.lora_call(lora.load, name, lora.parse(config, named, path))
 
     async def load(self, request: web.Request) -> web.Response:
@@ -181,6 +187,6 @@ class LoraRoutes:
 
     async def unload(self, request: web.Request) -> web.Response:
         def act(b: UnloadLoRAAdapter) -> None:
-            self.engine.lora_call(self.engine.lora.unload, b.lora_name)
+            self.engine.lora_call(self._adapters().unload, b.lora_name)
 
         return await self._run(request, UnloadLoRAAdapter, act)

@@ -85,7 +85,8 @@ def build_server(
 
     device = cfg.device if cfg.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
     hf = AutoConfig.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, cfg.dtype)).to(device)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, cfg.dtype))
+    model.to(device)  # type: ignore[arg-type]  # transformers' wrapper of .to hides nn.Module.to's signature
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except (OSError, ValueError):
@@ -97,7 +98,7 @@ def build_server(
     if tokenizer is not None and tokenizer.eos_token_id is not None:
         eos.add(tokenizer.eos_token_id)
     ctx = cfg.max_context_len or getattr(hf, "max_position_embeddings", 4096)
-    decode = (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)) if tokenizer else None
+    decode = (lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False))) if tokenizer else None
     adapters = None
     if lora is not None and lora.enabled:  # `generator.lora`: adapters served per request (lora.py)
         adapters = LoraAdapters(model, lora.max_rank, lora.target_modules, lora.max_loras)

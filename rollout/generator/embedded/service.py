@@ -82,8 +82,8 @@ class EngineService:
         request (500). With `on_event`, `await on_event(i, req, prompt_lp, finished)` runs for
         every new token of sequence i (every stream_interval tokens) and once when it ends,
         failed or not. A client that goes away (cancelled handler, broken stream) aborts them all."""
-        items[:] = [dataclasses.replace(it, rid=it.rid or uuid.uuid4().hex) for it in items]
-        rids = [it.rid for it in items]
+        rids = [it.rid or uuid.uuid4().hex for it in items]
+        items[:] = [dataclasses.replace(it, rid=rid) for it, rid in zip(items, rids)]
         if len(set(rids)) < len(rids):
             raise BadRequest(f"rid {next(r for r in rids if rids.count(r) > 1)!r} appears twice in the request")
         self._check_lora(items)
@@ -121,9 +121,9 @@ class EngineService:
         except (asyncio.CancelledError, ConnectionError):  # the client went away: stop its requests
             await asyncio.to_thread(self.engine.abort_many, rids, "client disconnected")  # one pass
             raise
-        failed = next((r for r in reqs if r.error is not None), None)
-        if failed is not None and not stream:
-            raise RequestError(failed.error, 500)
+        errors = [r.error for r in reqs if r.error is not None]
+        if errors and not stream:
+            raise RequestError(errors[0], 500)
         return reqs, prompt_lps
 
     def _admission(self, n: int) -> None:
@@ -175,6 +175,7 @@ class EngineService:
         if item.spec.sampling_seed is not None:
             gen = torch.Generator(device=self.engine.device)
             gen.manual_seed(item.spec.sampling_seed)
+        assert item.rid is not None  # run() gave every item one
         return Request(
             item.rid,
             item.input_ids,

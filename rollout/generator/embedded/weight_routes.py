@@ -40,7 +40,7 @@ TRANSFER_FAILURES = (BadRequest, ValueError, OSError, RuntimeError, TypeError)
 
 
 @contextmanager
-def failures_answered(*kinds: type):
+def failures_answered(*kinds: type[BaseException]):
     """An exception of `kinds` becomes the weight routes' failure answer (400, or the
     `BadRequest`'s status: 403 for a forbidden path, 413 for a body over the limit)."""
     try:
