@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from .engine import Request
 from .errors import BadRequest
 from .protocol import ParsedGenerate
+from .request import Request
 
 PREFIX_MARGIN = 16  # tokens a cut can merge away at a prefix's end
 

@@ -10,8 +10,8 @@ from typing import List, Sequence, Tuple
 
 import torch
 
-from .engine import WeightLoadError
 from .errors import ForbiddenPath
+from .request import WeightLoadError
 
 MAX_HEADER_BYTES = 16 << 20  # a safetensors header (JSON) this long holds ~100,000 tensors
 

@@ -17,7 +17,6 @@ import inspect
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import torch
@@ -25,77 +24,13 @@ import torch
 from . import kv_cache
 from .lora import LoraAdapters
 from .prefix_cache import PrefixCache
+from .request import Request, Running, WeightLoadError, compaction, pad_left, top_entries
 from .sampling import SamplingSpec, sample_from, scaled_logprobs
 
 log = logging.getLogger(__name__)
 
 
 ABORTED_MEMORY = 65536  # rids of requests a pause aborted, remembered to count their resends
-
-
-class WeightLoadError(ValueError):
-    pass
-
-
-@dataclass
-class Request:
-    rid: str
-    prompt_ids: List[int]
-    spec: SamplingSpec
-    on_done: Callable[[Request], None]  # called once, from the engine thread
-    generator: Optional[torch.Generator] = None  # set for a sampling_seed; None: the engine's stream
-    top_logprobs_num: int = 0  # > 0: record the k most likely tokens at every output position
-    on_token: Optional[Callable[[Request], None]] = None  # after each unfinished token (streaming)
-    priority: int = 0  # SGLang's: larger is admitted first; equal ones in arrival order
-    lora: Optional[str] = None  # the LoRA adapter it names (`lora_path`); None: the base model
-    computed: int = 0  # tokens of it whose KV a retract threw away: prefilled again on resume
-    weights: int = -1  # the engine's weight load its KV began under (set at its prefill)
-    output_ids: List[int] = field(default_factory=list)
-    logprobs: List[float] = field(default_factory=list)
-    top_logprobs: List[List[Tuple[float, int]]] = field(default_factory=list)  # per output token
-    spans: List[List] = field(default_factory=list)  # [version, start, end) over output tokens
-    finish: Optional[dict] = None
-    created: float = field(default_factory=time.monotonic)
-    finished_at: float = 0.0
-    error: Optional[str] = None  # the engine failed on it (answered 500, not a normal abort)
-
-    @property
-    def kv_tokens(self) -> int:
-        """Tokens in its KV cache while it runs: the prompt and every output token but the newest
-        (sampled, not yet fed back)."""
-        return len(self.prompt_ids) + max(0, len(self.output_ids) - 1)
-
-    def complete(self, finish: Optional[dict] = None) -> None:
-        if finish is not None:
-            self.finish = finish
-        self.finished_at = time.monotonic()
-        self.on_done(self)
-
-
-def top_entries(logp: torch.Tensor, ks: Sequence[int]) -> List[List[Tuple[float, int]]]:
-    """Row i's `ks[i]` most likely tokens as (log-prob, token id), best first ([] for k = 0)."""
-    k = min(max(ks, default=0), logp.shape[-1])
-    if k <= 0:
-        return [[] for _ in ks]
-    values, ids = logp.topk(k, dim=-1)
-    values, ids = values.tolist(), ids.tolist()
-    return [list(zip(values[i][:n], ids[i][:n])) for i, n in enumerate(ks)]
-
-
-def compaction(keep: Sequence[int]) -> List[int]:
-    """The rows (ascending indices `keep`) in their new slots: slot i takes row `order[i]`. Rows
-    below len(keep) stay in their slots and the last rows fill the holes, so a row leaving costs
-    the copy of one row, not of the whole batch (its order does not matter to anyone)."""
-    n, kept = len(keep), set(keep)
-    order = list(range(n))
-    holes = [i for i in range(n) if i not in kept]
-    for hole, row in zip(holes, [i for i in keep if i >= n]):
-        order[hole] = row
-    return order
-
-
-def _pad_left(t: torch.Tensor, n: int) -> torch.Tensor:
-    return torch.cat([t.new_zeros((t.shape[0], n)), t], dim=1) if n else t
 
 
 class Engine:
@@ -155,11 +90,10 @@ class Engine:
         self._paused = False
         self._stopping = False
         self._rows: List[Request] = []
-        self._cache = None  # kv_cache.Cache of the rows, left-padded
         self._num_layers = model.config.get_text_config().num_hidden_layers
         self._rng = torch.Generator(device=self.device)  # for requests without a sampling_seed
         self._rng.seed()
-        self._mask = self._pos = self._last = None  # [B, L], [B], [B]
+        self._state: Optional[Running] = None  # the rows' cache, mask, positions, last tokens
         # transformers renamed `past_key_values` to `cache` (5.x); take whichever forward has
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -354,9 +288,8 @@ class Engine:
             with self._step_lock:
                 if self._lora_unloaded and not self._paused:
                     self._lora_unloaded = False
-                    self._abort_where(
-                        lambda r: r.lora and r.lora not in self.lora.loaded, "Abort: LoRA adapter unloaded"
-                    )
+                    loaded = self.lora.loaded if self.lora is not None else set()
+                    self._abort_where(lambda r: r.lora and r.lora not in loaded, "Abort: LoRA adapter unloaded")
                 with self._cv:
                     if self._paused:
                         continue
@@ -399,7 +332,7 @@ class Engine:
             return []
         first = self._waiting[0].priority
         if all(r.priority == first for r in self._waiting if not r.finished_at):
-            joiners = []
+            joiners: List[Request] = []
             while self._waiting and len(joiners) < room:
                 r = self._waiting.popleft()
                 if not r.finished_at:
@@ -458,7 +391,7 @@ class Engine:
         for r in joiners:
             ids = r.prompt_ids + r.output_ids
             # KV computed under an adapter is never shared (the cache is keyed by tokens alone)
-            hit, layers = self.prefix.lookup(ids) if r.lora is None else (0, None)
+            hit, layers = self.prefix.lookup(ids) if r.lora is None else (0, [])
             done_before = r.computed or self._aborted.pop(r.rid, 0)
             self.reprefill_tokens += max(0, min(done_before, len(ids)) - hit)
             self.prefix_hit_tokens += hit
@@ -470,10 +403,10 @@ class Engine:
         parts = []  # (rows, cache, length, first tokens)
         for n, rows in by_len.items():
             self.prefill_tokens += n * len(rows)
-            ids = torch.tensor([r.prompt_ids + r.output_ids for r in rows], device=self.device)
+            batch = torch.tensor([r.prompt_ids + r.output_ids for r in rows], device=self.device)
             pos = torch.arange(n, device=self.device).expand(len(rows), n)
             cache = kv_cache.empty_cache(self._num_layers)
-            logits = self._forward(ids, None, pos, cache, rows)
+            logits = self._forward(batch, None, pos, cache, rows)
             parts.append((rows, cache, n, self._sample_and_record(rows, logits)))
         for r, hit, layers in hits:
             ids = r.prompt_ids + r.output_ids
@@ -487,21 +420,22 @@ class Engine:
         lens = [torch.full((len(part[0]),), part[2], device=self.device) for part in parts]
         last = [part[3] for part in parts]
         caches = [(c, n) for _, c, n, _ in parts]
-        self.joins += bool(self._rows)
-        if self._rows and kv_cache.append(self._cache, caches):  # the running rows stay where they are
-            cache, width = self._cache, self._mask.shape[1]
-            masks = [self._mask] + [self._left_padded_mask(len(r), n, width) for r, _, n, _ in parts]
-            rows, lens, last = self._rows + rows, [self._pos] + lens, [self._last] + last
+        st = self._state if self._rows else None
+        self.joins += st is not None
+        if st is not None and kv_cache.append(st.cache, caches):  # the running rows stay where they are
+            cache, width = st.cache, st.mask.shape[1]
+            masks = [st.mask] + [self._left_padded_mask(len(r), n, width) for r, _, n, _ in parts]
+            rows, lens, last = self._rows + rows, [st.pos] + lens, [st.last] + last
         else:
-            width = max([n for _, _, n, _ in parts] + ([self._mask.shape[1]] if self._rows else []))
+            width = max([n for _, _, n, _ in parts] + ([st.mask.shape[1]] if st is not None else []))
             masks = [self._left_padded_mask(len(r), n, width) for r, _, n, _ in parts]
             padded = [(c, width - n) for c, n in caches]
-            if self._rows:
+            if st is not None:
                 self.join_copies += 1
-                pad = width - self._mask.shape[1]
-                padded.insert(0, (self._cache, pad))
-                masks.insert(0, _pad_left(self._mask, pad))
-                rows, lens, last = self._rows + rows, [self._pos] + lens, [self._last] + last
+                pad = width - st.mask.shape[1]
+                padded.insert(0, (st.cache, pad))
+                masks.insert(0, pad_left(st.mask, pad))
+                rows, lens, last = self._rows + rows, [st.pos] + lens, [st.last] + last
             cache = kv_cache.merge(padded)
         self._set_rows(rows, cache, torch.cat(masks), torch.cat(lens), torch.cat(last))
         self._drop_finished()
@@ -513,10 +447,10 @@ class Engine:
         return mask
 
     def _decode(self) -> None:
-        mask = torch.cat([self._mask, torch.ones_like(self._mask[:, :1])], dim=1)
-        logits = self._forward(self._last.unsqueeze(1), mask, self._pos.unsqueeze(1), self._cache, self._rows)
-        self._mask, self._pos = mask, self._pos + 1
-        self._last = self._sample_and_record(self._rows, logits)
+        st = self._running()
+        mask = torch.cat([st.mask, torch.ones_like(st.mask[:, :1])], dim=1)
+        logits = self._forward(st.last.unsqueeze(1), mask, st.pos.unsqueeze(1), st.cache, self._rows)
+        self._state = Running(st.cache, mask, st.pos + 1, self._sample_and_record(self._rows, logits))
         self._drop_finished()
 
     def _sample_and_record(self, rows: List[Request], logits: torch.Tensor) -> torch.Tensor:
@@ -575,39 +509,44 @@ class Engine:
         return None
 
     # ---- batch bookkeeping (under the step lock) ----
-    def _set_rows(self, rows, cache, mask, pos, last) -> None:
-        self._rows, self._cache, self._mask, self._pos, self._last = rows, cache, mask, pos, last
+    def _set_rows(self, rows: List[Request], cache, mask, pos, last) -> None:
+        self._rows, self._state = rows, Running(cache, mask, pos, last)
+
+    def _running(self) -> Running:
+        """The running rows' tensors (the step that calls this has rows)."""
+        if self._state is None:
+            raise RuntimeError("the engine has no running batch")
+        return self._state
 
     def _keep_rows(self, keep: List[int]) -> None:
         if not keep:
-            self._set_rows([], None, None, None, None)
+            self._rows, self._state = [], None
             return
-        order = compaction(keep)
+        st, order = self._running(), compaction(keep)
         idx = torch.tensor(order, device=self.device)
-        mask = self._mask[idx]
+        mask = st.mask[idx]
         trim = int(mask.argmax(dim=1).min())  # left padding that every row has
         if trim >= kv_cache.HEADROOM:  # worth a copy of every row: attention no longer reads it
-            cache, mask = kv_cache.select_rows(self._cache, idx, trim), mask[:, trim:]
+            cache, mask = kv_cache.select_rows(st.cache, idx, trim), mask[:, trim:]
         else:  # move only the rows that fill the slots of leavers; the padding stays
             cache = kv_cache.move_rows(
-                self._cache, [(src, dst) for dst, src in enumerate(order) if src != dst], len(order)
+                st.cache, [(src, dst) for dst, src in enumerate(order) if src != dst], len(order)
             )
-        self._set_rows([self._rows[i] for i in order], cache, mask, self._pos[idx], self._last[idx])
+        self._set_rows([self._rows[i] for i in order], cache, mask, st.pos[idx], st.last[idx])
 
     def _remember(self, indices: Sequence[int]) -> None:
         """Store the KV of these running rows (finishing or aborted) in the prefix cache."""
         if self.prefix.max_tokens <= 0 or not indices:
             return
-        width = self._cache.layers[0].length  # rows are right-aligned: padding on the left
+        cached = kv_cache.layers_of(self._running().cache)
+        width = cached[0].length  # rows are right-aligned: padding on the left
+        layers_kv = [layer.kv() for layer in cached]
         for i in indices:
             r = self._rows[i]
             if r.weights != self._weights or r.lora is not None:  # mixed KV (pause in_place), or an adapter's
                 continue
             n = r.kv_tokens
-            layers = [
-                (lay.keys[i, :, width - n :].clone(), lay.values[i, :, width - n :].clone())
-                for lay in self._cache.layers
-            ]
+            layers = [(k[i, :, width - n :].clone(), v[i, :, width - n :].clone()) for k, v in layers_kv]
             self.prefix.insert((r.prompt_ids + r.output_ids)[:n], layers)
 
     def _drop_finished(self) -> None:

@@ -24,9 +24,9 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .disk_weights import allowed_path, check_header
-from .engine import WeightLoadError
 from .errors import BadRequest, RequestError
 from .lora import AdapterError, LoraAdapters
+from .request import WeightLoadError
 from .service import EngineService
 from .validator import RequestValidator
 

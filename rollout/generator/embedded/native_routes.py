@@ -7,9 +7,9 @@ from typing import Any, Dict, List
 
 from aiohttp import web
 
-from .engine import Request
 from .errors import error_body
 from .protocol import ParsedGenerate, build_response, dumps
+from .request import Request
 from .service import EngineService
 from .sse import EventStream
 from .validator import RequestValidator

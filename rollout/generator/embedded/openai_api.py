@@ -18,9 +18,9 @@ from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .engine import Request
 from .errors import BadRequest
 from .protocol import INT64, ParsedGenerate
+from .request import Request
 from .sampling import ALL_TOKENS, SamplingSpec
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound

@@ -11,9 +11,9 @@ from typing import Any, Dict, List, Optional, cast
 from aiohttp import web
 
 from . import openai_api
-from .engine import Request
 from .errors import BadRequest
 from .protocol import dumps
+from .request import Request
 from .service import EngineService
 from .sse import EventStream
 from .validator import RequestValidator

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .engine import Request
 from .errors import BadRequest
+from .request import Request
 from .sampling import ALL_TOKENS, SamplingSpec
 
 # The fields of SGLang's SamplingParams, in the schema's order (serde lists them in errors).

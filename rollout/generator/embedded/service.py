@@ -25,9 +25,10 @@ from areal_mem.config.generator import EmbeddedConfig
 from areal_mem.weight_transport import WeightGroup
 
 from .codec import TextCodec
-from .engine import Engine, Request
+from .engine import Engine
 from .errors import BadRequest, RequestError
 from .protocol import ParsedGenerate
+from .request import Request
 
 
 @dataclass
