@@ -230,24 +230,8 @@ def import_index(
     """
     from tqdm import tqdm
 
-    from .encoder import Encoder
-
     start = time.perf_counter()
-    for what, path in (("index", faiss_path), ("corpus", corpus_path)):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: no such {what} file")
-    if is_gzip(corpus_path):
-        raise CorpusError(
-            f"{corpus_path} is gzip-compressed; an imported corpus is read by byte offset, so it must be "
-            f"the plain jsonl: gunzip it first (wiki-18.jsonl is about 14 GB)"
-        )
-    index = open_faiss(faiss_path)
-    info = describe_faiss(index)
-    if info["metric"] != "inner_product":
-        raise IndexMismatchError(
-            f"{faiss_path}: metric {info['metric']}; the service ranks by inner product "
-            f"(Search-R1 builds with faiss.METRIC_INNER_PRODUCT)"
-        )
+    index, info = _open_checked(faiss_path, corpus_path)
     os.makedirs(out_dir, exist_ok=True)
     manifest_path = os.path.join(out_dir, MANIFEST)
     if os.path.exists(manifest_path):
@@ -271,6 +255,70 @@ def import_index(
         check_passage_length(docs, max_passage_bytes)
     finally:
         docs.close()
+
+    encoder, check_cfg, rows, result = _check_encoder(
+        index, info, faiss_path, corpus_path, out_dir, count, encoder_cfg, sample, log
+    )
+
+    index_file, index_how = _place(faiss_path, out_dir, FAISS_FILE, reference)
+    corpus_file, corpus_how = _place(corpus_path, out_dir, CORPUS_FILE, reference)
+    identity = encoder.identity()
+    identity["dtype"] = Dtype(encoder_cfg.dtype).value
+    manifest = Manifest(
+        kind="dense",
+        count=count,
+        corpus_path=os.path.abspath(corpus_path),
+        corpus_checksum=checksum,
+        split_title=False,
+        dim=encoder.dim,
+        encoder=identity,
+        index={k: info[k] for k in ("type", "factory", "metric", "ntotal")},
+        build_seconds=round(time.perf_counter() - start, 3),
+        docstore="offsets",
+        imported=_imported(
+            faiss_path,
+            corpus_path,
+            index_file,
+            index_how,
+            corpus_file,
+            corpus_how,
+            info,
+            size,
+            count,
+            checksum,
+            rows,
+            result,
+        ),
+    )
+    manifest.save(out_dir)
+    return manifest
+
+
+def _open_checked(faiss_path: str, corpus_path: str):
+    """The faiss index and its description, once both files are there, the corpus is plain
+    jsonl (read by byte offset) and the index ranks by inner product."""
+    for what, path in (("index", faiss_path), ("corpus", corpus_path)):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such {what} file")
+    if is_gzip(corpus_path):
+        raise CorpusError(
+            f"{corpus_path} is gzip-compressed; an imported corpus is read by byte offset, so it must be "
+            f"the plain jsonl: gunzip it first (wiki-18.jsonl is about 14 GB)"
+        )
+    index = open_faiss(faiss_path)
+    info = describe_faiss(index)
+    if info["metric"] != "inner_product":
+        raise IndexMismatchError(
+            f"{faiss_path}: metric {info['metric']}; the service ranks by inner product "
+            f"(Search-R1 builds with faiss.METRIC_INNER_PRODUCT)"
+        )
+    return index, info
+
+
+def _check_encoder(index, info, faiss_path, corpus_path, out_dir, count, encoder_cfg, sample, log):
+    """The encoder the service will embed queries with, checked against the index: its dimension,
+    then self-retrieval of sampled passages (a wrong encoder, prefix or pooling fails it)."""
+    from .encoder import Encoder
 
     check_cfg = dataclasses.replace(encoder_cfg, dtype=Dtype.float32)  # the check compares at full precision
     encoder = Encoder(check_cfg)
@@ -297,47 +345,36 @@ def import_index(
             f"note: passages were encoded with {E5_PASSAGE!r} but the query prefix is "
             f"{encoder_cfg.query_prefix!r}; e5 expects {E5_QUERY!r} (the index cannot check the query side)"
         )
+    return encoder, check_cfg, rows, result
 
-    index_file, index_how = _place(faiss_path, out_dir, FAISS_FILE, reference)
-    corpus_file, corpus_how = _place(corpus_path, out_dir, CORPUS_FILE, reference)
-    identity = encoder.identity()
-    identity["dtype"] = Dtype(encoder_cfg.dtype).value
-    manifest = Manifest(
-        kind="dense",
-        count=count,
-        corpus_path=os.path.abspath(corpus_path),
-        corpus_checksum=checksum,
-        split_title=False,
-        dim=encoder.dim,
-        encoder=identity,
-        index={k: info[k] for k in ("type", "factory", "metric", "ntotal")},
-        build_seconds=round(time.perf_counter() - start, 3),
-        docstore="offsets",
-        imported={
-            "index": {
-                "source": os.path.abspath(faiss_path),
-                "file": index_file,
-                "linked": index_how,
-                "size": os.path.getsize(faiss_path),
-                "mtime_ns": os.stat(faiss_path).st_mtime_ns,
-                "header_sha256": header_checksum(faiss_path),
-                **info,
-            },
-            "corpus": {
-                "source": os.path.abspath(corpus_path),
-                "file": corpus_file,
-                "linked": corpus_how,
-                "size": size,
-                "mtime_ns": os.stat(corpus_path).st_mtime_ns,
-                "lines": count,
-                "checksum": checksum,
-            },
-            "offsets": OFFSETS,
-            "check": {**dataclasses.asdict(result), "rows": rows, "min_cosine_required": MIN_COSINE},
+
+def _imported(
+    faiss_path, corpus_path, index_file, index_how, corpus_file, corpus_how, info, size, count, checksum, rows, result
+) -> dict:
+    """The manifest's record of an import: where each file came from and how it was placed, its
+    size and mtime (serving refuses a file changed since), and the self-retrieval check."""
+    return {
+        "index": {
+            "source": os.path.abspath(faiss_path),
+            "file": index_file,
+            "linked": index_how,
+            "size": os.path.getsize(faiss_path),
+            "mtime_ns": os.stat(faiss_path).st_mtime_ns,
+            "header_sha256": header_checksum(faiss_path),
+            **info,
         },
-    )
-    manifest.save(out_dir)
-    return manifest
+        "corpus": {
+            "source": os.path.abspath(corpus_path),
+            "file": corpus_file,
+            "linked": corpus_how,
+            "size": size,
+            "mtime_ns": os.stat(corpus_path).st_mtime_ns,
+            "lines": count,
+            "checksum": checksum,
+        },
+        "offsets": OFFSETS,
+        "check": {**dataclasses.asdict(result), "rows": rows, "min_cosine_required": MIN_COSINE},
+    }
 
 
 def _refusal(faiss_path, index, rows, texts, cfg: EncoderConfig, encoder, result, described) -> str:

@@ -62,7 +62,13 @@ class TrainPipeline:
     def prepare(self) -> None:
         """The synthetic world, the tiny model and the world's index, where the recipe asks for
         them (`world.build`, `model.build`); a recipe on real data must name a built index."""
-        cfg, w = self.cfg, self.cfg.world
+        self._prepare_world()
+        self._prepare_model()
+        self._prepare_index()
+
+    def _prepare_world(self) -> None:
+        """The synthetic world (`world.build`), or the built one checked against the config."""
+        w = self.cfg.world
         types, attributes, chains = (
             [t.value for t in w.question_types],
             list(w.single_attributes),
@@ -103,6 +109,10 @@ class TrainPipeline:
             # positions in a split, so two runs' answers pair only on the same bytes
             with open(manifest, encoding="utf-8") as f:
                 self.results["world_sha256"] = json.load(f).get("sha256")
+
+    def _prepare_model(self) -> None:
+        """The model: imported (`model.source`), built (`model.build`, checked when found), or given."""
+        cfg = self.cfg
         if cfg.model.source and cfg.model.build:
             raise ConfigError("model.source and model.build both name where the model comes from: set one")
         if cfg.model.source and not os.path.exists(os.path.join(cfg.model.path, "config.json")):
@@ -127,6 +137,10 @@ class TrainPipeline:
             else:
                 log.info("building the tiny model in %s", cfg.model.path)
                 init_model(cfg.world.dir, cfg.model.path, cfg.model.init, cfg.seed, texts)
+
+    def _prepare_index(self) -> None:
+        """The world's index, unless the run names a service or an index already built."""
+        cfg = self.cfg
         if cfg.retriever.urls or os.path.exists(os.path.join(cfg.retriever.index_dir, "manifest.json")):
             return
         if not cfg.world.build:

@@ -169,6 +169,26 @@ class GeneratorClient(PooledSession):
             self._active.discard(rid)
             self._cancelled.discard(rid)
 
+    def _payload(self, input_ids: List[int], out_ids: List[int], sampling: SamplingParams, rid: str) -> dict:
+        """The `/generate` body of one attempt: the prompt and the tokens already generated (a
+        resend after a pause or a failure continues them), within what is left of the budget."""
+        params = replace(sampling, max_new_tokens=sampling.max_new_tokens - len(out_ids))
+        if sampling.min_new_tokens:
+            params.min_new_tokens = max(0, sampling.min_new_tokens - len(out_ids))
+        payload: dict = {
+            "input_ids": list(input_ids) + out_ids,
+            "sampling_params": params.to_sglang(),
+            "return_logprob": True,
+            "rid": rid,
+        }
+        priority = REQUEST_PRIORITY.get()
+        priority = self.priority if priority is None else priority
+        if priority is not None:
+            payload["priority"] = priority
+        if self.lora_path:
+            payload["lora_path"] = self.lora_path
+        return payload
+
     async def _generate(
         self, input_ids: List[int], sampling: SamplingParams, rid: str, sticky_key: Optional[str]
     ) -> GenerationResult:
@@ -200,22 +220,7 @@ class GeneratorClient(PooledSession):
         while True:
             if rid in self._cancelled:  # aborted between two attempts
                 return result("abort")
-            remaining = sampling.max_new_tokens - len(out_ids)
-            params = replace(sampling, max_new_tokens=remaining)
-            if sampling.min_new_tokens:
-                params.min_new_tokens = max(0, sampling.min_new_tokens - len(out_ids))
-            payload = {
-                "input_ids": list(input_ids) + out_ids,
-                "sampling_params": params.to_sglang(),
-                "return_logprob": True,
-                "rid": rid,
-            }
-            priority = REQUEST_PRIORITY.get()
-            priority = self.priority if priority is None else priority
-            if priority is not None:
-                payload["priority"] = priority
-            if self.lora_path:
-                payload["lora_path"] = self.lora_path
+            payload = self._payload(input_ids, out_ids, sampling, rid)
             server = self._pick(sticky_key)
             server.outstanding += 1
             self._rid_server[rid] = server
