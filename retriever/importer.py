@@ -315,7 +315,17 @@ def _open_checked(faiss_path: str, corpus_path: str):
     return index, info
 
 
-def _check_encoder(index, info, faiss_path, corpus_path, out_dir, count, encoder_cfg, sample, log):
+def _check_encoder(
+    index,
+    info,
+    faiss_path: str,
+    corpus_path: str,
+    out_dir: str,
+    count: int,
+    encoder_cfg: EncoderConfig,
+    sample: int,
+    log,
+):
     """The encoder the service will embed queries with, checked against the index: its dimension,
     then self-retrieval of sampled passages (a wrong encoder, prefix or pooling fails it)."""
     from .encoder import Encoder

@@ -192,6 +192,19 @@ GENERATOR = {
         {"new_version": not_(*STR) | SURROGATE, "abort_all_requests": not_(*BOOL)},
         "ignored",
     ),
+    # SGLang's LoRA routes (io_struct's LoRA requests; the fuzzed server runs without LoRA, so a
+    # good body is refused as "not enabled" and a bad one names its field first)
+    ("POST", "/load_lora_adapter"): Route(
+        {"lora_name": "fuzz", "lora_path": "<allowed>/no-such-adapter"},
+        {"lora_name": not_(*STR), "lora_path": not_(*STR)},
+        "ignored",
+    ),
+    ("POST", "/load_lora_adapter_from_tensors"): Route(
+        {"lora_name": "fuzz", "config_dict": {}, "serialized_named_tensors": []},
+        {"lora_name": not_(*STR), "config_dict": not_(*DICT), "serialized_named_tensors": not_(*LIST)},
+        "ignored",
+    ),
+    ("POST", "/unload_lora_adapter"): Route({"lora_name": "fuzz"}, {"lora_name": not_(*STR)}, "ignored"),
     # OpenAI-compatible (pydantic lax, as SGLang and vLLM validate: "5" is an int there), bad
     # fields are refused before the model name is looked up
     ("POST", "/v1/completions"): Route(
@@ -304,6 +317,8 @@ def _message(svc: str, body: Any) -> str:
     assert isinstance(body, dict), f"the error is not a JSON object: {body!r:.200}"
     if svc == "retriever":
         return f"{body['field']}: {body['error']}"
+    if "error_message" in body:  # SGLang's LoRA answers: {"success", "error_message", "loaded_adapters"}
+        return body["error_message"]
     return body["error"]["message"] if "error" in body else body["message"]
 
 

@@ -220,7 +220,8 @@ def test_default_weights_folders_cover_the_disk_publisher_and_restarts(tmp_path)
 
     cfg = load_run(overrides=[f"run_dir={tmp_path}/run", f"model.path={tmp_path}/model"])
     dirs = _weights_dirs(cfg, cfg.model.path)
-    publisher = make_publisher(PublishConfig(kind=PublisherKind.disk), SimpleNamespace(rank=1), None, cfg.run_dir)
+    engine = SimpleNamespace(rank=1, cfg=cfg.learner)  # what make_publisher reads of an engine
+    publisher = make_publisher(PublishConfig(kind=PublisherKind.disk), engine, None, cfg.run_dir)
     push = publisher.path(7)
     os.makedirs(push)
     open(os.path.join(push, "config.json"), "w").close()
