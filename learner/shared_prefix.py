@@ -5,9 +5,9 @@ system prompt is the same in every group: padded rows compute those tokens once 
 the rows of a micro-batch become a prefix tree (`build_tree`): a node holds a run of tokens that
 at least two rows start with, its children the runs that branch off after it, and its leaves the
 rows whose own tokens (the suffix: every position a loss or log-prob reads) start where it ends.
-`tree_forward` runs the backbone once per node, its keys and values appended to its ancestors'
-(a `DynamicCache`), and once per node for its leaves, a right-padded batch whose every row
-attends to the node's cache expanded along the batch. Autograd carries the suffixes' gradients
+`tree_hidden` runs the backbone once per node, its keys and values appended to its ancestors'
+(a `DynamicCache`), and once per batch of its leaves (`leaf_batches`: leaves of similar length
+together), a right-padded batch whose every row attends to the node's cache expanded along it. Autograd carries the suffixes' gradients
 back through the cache tensors into the one computation of each prefix, so loss and gradients
 are the padded forward's (float rounding aside; `tests/learner/test_shared_prefix.py`).
 
@@ -42,6 +42,7 @@ class Node:
     tokens: List[int]
     children: List[Node] = field(default_factory=list)
     leaves: List[int] = field(default_factory=list)  # rows whose suffix starts at `end`
+    batches: List[List[int]] = field(default_factory=list)  # the leaves, one forward per batch
 
     @property
     def end(self) -> int:
@@ -59,6 +60,22 @@ def _common(a: Sequence[int], b: Sequence[int], start: int, limit: int) -> int:
     while n < limit and a[n] == b[n]:
         n += 1
     return n - start
+
+
+def leaf_batches(widths: Sequence[int], overhead: int) -> List[List[int]]:
+    """Positions of `widths` in batches that each pad to their longest, cut so as to compute the
+    fewest tokens counting `overhead` tokens for each forward (widths sorted, then the best cuts
+    by dynamic programming: suffixes of a turn that answers and of one that searched differ
+    several-fold, and one batch would pad the short ones to the long)."""
+    order = sorted(range(len(widths)), key=lambda i: -widths[i])
+    best, cut = [0] + [0] * len(order), [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        best[j], cut[j] = min((best[i] + overhead + (j - i) * widths[order[i]], i) for i in range(j))
+    out, j = [], len(order)
+    while j:
+        out.append(sorted(order[cut[j] : j]))
+        j = cut[j]
+    return out[::-1]
 
 
 def _split(rows: Sequence[TrainRow], idx: List[int], start: int, depth: int, min_tokens: int):
@@ -83,6 +100,7 @@ def _split(rows: Sequence[TrainRow], idx: List[int], start: int, depth: int, min
         if end - start >= min_tokens:
             node = Node(start, list(first[start:end]))
             node.children, node.leaves = _split(rows, bucket, end, end, min_tokens)
+            _batch_leaves(rows, node, min_tokens)
             nodes.append(node)
         else:
             deeper, own = _split(rows, bucket, start, end, min_tokens)
@@ -95,15 +113,21 @@ def build_tree(rows: Sequence[TrainRow], min_tokens: int) -> Node:
     """The prefix tree of a micro-batch's rows; the root holds no tokens."""
     root = Node(0, [])
     root.children, root.leaves = _split(rows, list(range(len(rows))), 0, 0, max(1, min_tokens))
+    _batch_leaves(rows, root, max(1, min_tokens))
     return root
+
+
+def _batch_leaves(rows: Sequence[TrainRow], node: Node, overhead: int) -> None:
+    batches = leaf_batches([len(rows[i]) - node.end for i in node.leaves], overhead)
+    node.batches = [[node.leaves[k] for k in b] for b in batches]
 
 
 def tree_tokens(rows: Sequence[TrainRow], tree: Node, padded: bool = True) -> int:
     """Tokens the backbone computes for `tree`: every node's, plus each leaf batch's suffixes
     (`padded`: each padded to its batch's longest, as computed; else their own lengths)."""
     total = len(tree.tokens)
-    if tree.leaves:
-        suffix = [len(rows[i]) - tree.end for i in tree.leaves]
+    for b in tree.batches:
+        suffix = [len(rows[i]) - tree.end for i in b]
         total += len(suffix) * max(suffix) if padded else sum(suffix)
     return total + sum(tree_tokens(rows, c, padded) for c in tree.children)
 
@@ -208,13 +232,13 @@ def _run(base, node: Node, cache, ids: torch.Tensor, lengths: Sequence[int], out
         cache = DynamicCache() if cache is None else cache
         pos = torch.arange(node.start, node.end, device=dev)[None]
         base(input_ids=torch.tensor([node.tokens], device=dev), position_ids=pos, use_cache=True, **{kw: cache})
-    if node.leaves:
+    for batch in node.batches:
         s = node.end
-        width = max(lengths[i] for i in node.leaves) - s
-        pos = torch.arange(s, s + width, device=dev)[None].expand(len(node.leaves), -1)
-        fork = {kw: _fork(cache, len(node.leaves)), "use_cache": True} if cache is not None else {}
-        h = base(input_ids=ids[node.leaves, s : s + width], position_ids=pos, **fork).last_hidden_state
-        for j, i in enumerate(node.leaves):
+        width = max(lengths[i] for i in batch) - s
+        pos = torch.arange(s, s + width, device=dev)[None].expand(len(batch), -1)
+        fork = {kw: _fork(cache, len(batch)), "use_cache": True} if cache is not None else {}
+        h = base(input_ids=ids[batch, s : s + width], position_ids=pos, **fork).last_hidden_state
+        for j, i in enumerate(batch):
             out[i] = h[j]
     for child in node.children:
         _run(base, child, _fork(cache, 1), ids, lengths, out)

@@ -11,7 +11,7 @@ import torch
 
 from areal_mem.config.learner import LearnerConfig, LossConfig
 from areal_mem.learner.batch import TrainRow
-from areal_mem.learner.shared_prefix import build_tree, plan_rank, sorted_costs, tree_tokens
+from areal_mem.learner.shared_prefix import build_tree, leaf_batches, plan_rank, sorted_costs, tree_tokens
 from tests.architectures import ARCHITECTURES, save
 
 
@@ -58,6 +58,13 @@ def test_tree_shares_the_system_prompt_and_each_question():
     assert tree_tokens(rows, tree, padded=False) == unshared - 11 * 40 - 2 * 5 * 11
     # Below min_tokens a branch is recomputed in its rows: each question with the system prompt
     assert [(c.start, c.end) for c in build_tree(rows, 41).children] == [(0, 51), (0, 51)]
+
+
+def test_leaves_batched_by_length():
+    # one batch would pad the two short suffixes to 100 (405 tokens with its forward's 5)
+    assert leaf_batches([100, 10, 95, 12], 5) == [[0, 2], [1, 3]]  # 5 + 2 x 100 + 5 + 2 x 12 = 234
+    assert leaf_batches([100, 10, 95, 12], 200) == [[0, 1, 2, 3]]  # a forward costs more than padding
+    assert leaf_batches([], 5) == []
 
 
 def test_plan_covers_every_row_once_within_the_budget():
