@@ -168,7 +168,8 @@ def bench_rl(engine, rows, repeats: int) -> Dict[str, dict]:
     for shared in (False, True):
         engine.cfg.shared_prefix = shared
         out[shared] = {"computed": computed_tokens(engine, rows), "s": [], "mem": []}
-    engine.train_step(rows, version=0)  # warm-up (allocator, kernels)
+    engine.cfg.shared_prefix = True
+    engine.train_step(rows, version=0)  # warm-up (allocator, kernels), on the cheaper arm
     for _ in range(repeats):
         for shared in (False, True):
             engine.cfg.shared_prefix = shared
@@ -233,6 +234,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=4096, help="micro_batch_tokens")
     ap.add_argument("--sft-steps", type=int, default=20, help="SFT steps per arm on the tiny model (0: none)")
     ap.add_argument("--workflows", default="memsearcher,react")
+    ap.add_argument("--no-tiny", action="store_true", help="only SmolLM2")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -242,9 +244,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         from bench_learner import build_model
 
-        models = [
-            ("tiny (debug recipe: hidden 128, 2 layers)", build_model(tmp, 128, 2), "_short", args.tiny_groups, 40)
-        ]
+        models = []
+        if not args.no_tiny:
+            tiny = build_model(tmp, 128, 2)
+            models.append(("tiny (debug recipe: hidden 128, 2 layers)", tiny, "_short", args.tiny_groups, 40))
         if args.smollm2:
             models.append(("SmolLM2-135M-Instruct", args.smollm2, "", args.smollm2_groups, 110))
         for label, path, style, groups, doc_words in models:
