@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -148,17 +148,19 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def computed_tokens(engine, rows) -> int:
-    """Tokens the backbone computes for one step of `rows` under the engine's current config."""
+def computed_tokens(engine, rows) -> Tuple[int, int]:
+    """(tokens the backbone computes for one step of `rows` under the engine's current config,
+    of which not padding)."""
     from areal_mem.learner.shared_prefix import build_tree, tree_tokens
 
-    total = 0
+    total = real = 0
     for mb in engine._plan(rows, engine.cfg.mini_batches)[0]:
         if engine.cfg.shared_prefix:
-            total += tree_tokens(mb, build_tree(mb, engine.cfg.shared_prefix_min_tokens))
+            tree = build_tree(mb, engine.cfg.shared_prefix_min_tokens)
+            total, real = total + tree_tokens(mb, tree), real + tree_tokens(mb, tree, padded=False)
         elif mb:
-            total += len(mb) * max(len(r) for r in mb)
-    return total
+            total, real = total + len(mb) * max(len(r) for r in mb), real + sum(len(r) for r in mb)
+    return total, real
 
 
 def bench_rl(engine, rows, repeats: int) -> Dict[str, dict]:
@@ -167,7 +169,8 @@ def bench_rl(engine, rows, repeats: int) -> Dict[str, dict]:
     out = {}
     for shared in (False, True):
         engine.cfg.shared_prefix = shared
-        out[shared] = {"computed": computed_tokens(engine, rows), "s": [], "mem": []}
+        computed, real = computed_tokens(engine, rows)
+        out[shared] = {"computed": computed, "padding": 1 - real / computed, "s": [], "mem": []}
     engine.cfg.shared_prefix = True
     engine.train_step(rows, version=0)  # warm-up (allocator, kernels), on the cheaper arm
     for _ in range(repeats):
@@ -212,11 +215,12 @@ def report(name: str, res: Dict[bool, dict]) -> None:
     us, ss = statistics.median(u["s"]), statistics.median(s["s"])
     um, sm = statistics.median(u["mem"]) / 2**20, statistics.median(s["mem"]) / 2**20
     print(f"\n{name}")
-    print("| arm | tokens computed / token trained | step s (median) | peak memory MiB (median) |")
-    print("| --- | --- | --- | --- |")
-    print(f"| padded rows | {u['per_trained']:.2f} | {us:.2f} | {um:.0f} |")
-    print(f"| shared prefix | {s['per_trained']:.2f} | {ss:.2f} | {sm:.0f} |")
-    print(f"| shared / padded | {s['per_trained'] / u['per_trained']:.2f} | {ss / us:.2f} | {sm / max(um, 1e-9):.2f} |")
+    print("| arm | tokens computed / token trained | padding share | step s (median) | peak memory MiB (median) |")
+    print("| --- | --- | --- | --- | --- |")
+    print(f"| padded rows | {u['per_trained']:.2f} | {u['padding']:.1%} | {us:.2f} | {um:.0f} |")
+    print(f"| shared prefix | {s['per_trained']:.2f} | {s['padding']:.1%} | {ss:.2f} | {sm:.0f} |")
+    ratio = s["per_trained"] / u["per_trained"]
+    print(f"| shared / padded | {ratio:.2f} | | {ss / us:.2f} | {sm / max(um, 1e-9):.2f} |")
     print(f"repeats (s): padded {[round(x, 2) for x in u['s']]}, shared {[round(x, 2) for x in s['s']]}")
 
 
