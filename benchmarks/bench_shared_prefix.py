@@ -11,8 +11,9 @@ lr 0 so both arms see the same weights) per arm and repeat, the arms interleaved
 - tokens computed per token trained: the tokens the backbone computes (padded rows x longest
   row; with sharing, the prefix tree's nodes plus each leaf batch padded to its longest), over
   the loss-mask tokens;
-- step seconds and the step's peak memory (CPU: the resident set's largest rise over the step,
-  sampled every millisecond; CUDA: `max_memory_allocated`);
+- step seconds, and the peak memory of one more step per arm (CPU: the resident set's largest
+  rise over the step, sampled every millisecond, large blocks mmap'd so that freed memory leaves
+  the resident set; CUDA: `max_memory_allocated`);
 - `--sft-steps N`: N SFT steps of the debug recipe's length-sorted 3,000-token batches, timed per arm.
 
     nice -n 10 .venv/bin/python benchmarks/bench_shared_prefix.py --smollm2 /work/models/smollm2 --repeats 3
@@ -176,11 +177,16 @@ def bench_rl(engine, rows, repeats: int) -> Dict[str, dict]:
     for _ in range(repeats):
         for shared in (False, True):
             engine.cfg.shared_prefix = shared
-            with PeakMemory() as pm:
-                t0 = time.perf_counter()
-                engine.train_step(rows, version=0)
-                out[shared]["s"].append(time.perf_counter() - t0)
-            out[shared]["mem"].append(pm.rise)
+            t0 = time.perf_counter()
+            engine.train_step(rows, version=0)
+            out[shared]["s"].append(time.perf_counter() - t0)
+    # memory in steps of their own: the sampling thread takes the GIL every millisecond, which on
+    # a loaded machine slows the arm with more Python between kernels (the tree's) by several x
+    for shared in (False, True):
+        engine.cfg.shared_prefix = shared
+        with PeakMemory() as pm:
+            engine.train_step(rows, version=0)
+        out[shared]["mem"].append(pm.rise)
     for arm in out.values():
         arm["per_trained"] = arm["computed"] / trained
     return out
@@ -215,7 +221,7 @@ def report(name: str, res: Dict[bool, dict]) -> None:
     us, ss = statistics.median(u["s"]), statistics.median(s["s"])
     um, sm = statistics.median(u["mem"]) / 2**20, statistics.median(s["mem"]) / 2**20
     print(f"\n{name}")
-    print("| arm | tokens computed / token trained | padding share | step s (median) | peak memory MiB (median) |")
+    print("| arm | tokens computed / token trained | padding share | step s (median) | peak memory MiB |")
     print("| --- | --- | --- | --- | --- |")
     print(f"| padded rows | {u['per_trained']:.2f} | {u['padding']:.1%} | {us:.2f} | {um:.0f} |")
     print(f"| shared prefix | {s['per_trained']:.2f} | {s['padding']:.1%} | {ss:.2f} | {sm:.0f} |")
