@@ -137,8 +137,9 @@ class LearnerConfig:
     micro_batch_tokens: int = 8192  # padded tokens (rows x longest row) per forward pass
     mini_batches: int = 1  # optimiser updates per batch (PPO epochs over mini-batches)
     # Compute each prompt prefix that rows of a micro-batch share once, every row attending to it
-    # (learner/shared_prefix.py); micro_batch_tokens then counts the tokens of the prefix tree
-    shared_prefix: bool = True
+    # (learner/shared_prefix.py); micro_batch_tokens then counts the tokens of the prefix tree.
+    # Off by default: on the debug recipe's tiny model it was slower (docs/reports/shared_prefix.md)
+    shared_prefix: bool = False
     shared_prefix_min_tokens: int = 32  # a shared run shorter than this is recomputed per row
     loss: LossConfig = field(default_factory=LossConfig)
     prox_logp: ProxMode = ProxMode.recompute  # how the proximal log-probs of the decoupled loss are had

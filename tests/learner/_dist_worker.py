@@ -60,7 +60,7 @@ def main():
         micro_batch_tokens=48,
         mini_batches=mini,
         loss=LossConfig(entropy_coef=0.01, behav_weight_cap=5.0),
-        shared_prefix=rows_kind != "groups-padded",
+        shared_prefix=rows_kind == "groups-shared",
         shared_prefix_min_tokens=8,
     )
     if rows_kind:
