@@ -16,7 +16,6 @@ from safetensors.torch import save_file
 from areal_mem.config.learner import LearnerConfig, LossConfig
 from areal_mem.learner.batch import TrainRow
 from areal_mem.learner.engine import LearnerEngine
-from tests.learner.test_shared_prefix import group_rows
 
 
 def fixed_rows(vocab: int, n: int = 7, seed: int = 0):
@@ -50,24 +49,17 @@ def plain_loss(model_dir, rows, loss_cfg):
 
 
 def main():
-    """argv: model dir, output prefix, ZeRO stage, mini-batch count[, `groups-shared` or
-    `groups-padded`: the rows of two groups under one system prompt, with or without sharing]."""
+    """argv: model dir, output prefix, ZeRO stage, mini-batch count."""
     model_dir, out_prefix, stage, mini = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    rows_kind = sys.argv[5] if len(sys.argv) > 5 else ""
     cfg = LearnerConfig(
         lr=1e-3,
         zero_stage=stage,
         micro_batch_tokens=48,
         mini_batches=mini,
         loss=LossConfig(entropy_coef=0.01, behav_weight_cap=5.0),
-        shared_prefix=rows_kind == "groups-shared",
-        shared_prefix_min_tokens=8,
     )
-    if rows_kind:
-        cfg.micro_batch_tokens = 200
     eng = LearnerEngine(model_dir, cfg)
-    vocab = eng.engine.module.config.vocab_size
-    rows = group_rows(vocab) if rows_kind else fixed_rows(vocab)
+    rows = fixed_rows(eng.engine.module.config.vocab_size)
     expected = plain_loss(model_dir, rows, eng.cfg.loss) if eng.world == 1 else None
     m = eng.train_step(rows, version=0)
     weights = {n: t.cpu().clone().contiguous() for n, t in eng.named_weights()}

@@ -8,11 +8,11 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 
-def _run(ranks, model_dir, tmp_path, nproc, stage, minis, rows=""):
-    prefix = str(tmp_path / f"r{nproc}_z{stage}{rows}")
+def _run(ranks, model_dir, tmp_path, nproc, stage, minis):
+    prefix = str(tmp_path / f"r{nproc}_z{stage}")
     out = {}
     for mini in minis:
-        ranks("_dist_worker.py", nproc, model_dir, prefix, stage, mini, *([rows] if rows else []))
+        ranks("_dist_worker.py", nproc, model_dir, prefix, stage, mini)
         with open(f"{prefix}_m{mini}.json") as f:
             out[mini] = json.load(f), load_file(f"{prefix}_m{mini}.safetensors")
     return out
@@ -49,13 +49,3 @@ def test_two_ranks_zero3_equal_one_rank_zero2(ranks, tiny_model_dir, tmp_path):
     three = _run(ranks, tiny_model_dir, tmp_path, 2, 3, [1])
     init = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
     _same(one[1], three[1], init)
-
-
-@pytest.mark.slow
-def test_two_ranks_sharing_prefixes_equal_one_rank_padded(ranks, tiny_model_dir, tmp_path):
-    """Two groups under one system prompt: 2 ranks with learner.shared_prefix (each rank's
-    consecutive share of the sorted rows, its prefix tree) == 1 rank of padded rows, two updates."""
-    one = _run(ranks, tiny_model_dir, tmp_path, 1, 2, [2], "groups-padded")
-    two = _run(ranks, tiny_model_dir, tmp_path, 2, 2, [2], "groups-shared")
-    init = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
-    _same(one[2], two[2], init)
