@@ -77,6 +77,7 @@ def learner_step(path: str, params: int, smoke: bool, peak: float, steps: int) -
         zero_stage=2,
         dtype=Dtype.float32 if smoke else Dtype.bfloat16,
         gradient_checkpointing=not smoke,
+        shared_prefix=smoke,  # the CUDA path of the prefix tree (checkpointed layers would drop its cache)
         micro_batch_tokens=4096 if smoke else 32768,
     )
     engine = LearnerEngine(path, cfg)

@@ -16,14 +16,14 @@ import os
 import shutil
 from collections import defaultdict
 from types import MethodType
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
 from areal_mem.config.learner import Dtype, LearnerConfig, ProxMode
 
 from . import distributed as D
-from . import head, lora
+from . import head, lora, shared_prefix
 from .batch import TrainRow, collate
 from .loss import (
     MISMATCH_SUMS,
@@ -73,7 +73,13 @@ def deepspeed_config(cfg: LearnerConfig, scheduler: Optional[dict] = None) -> di
 
 
 def forward_at(
-    self, input_ids: torch.Tensor, keep: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0
+    self,
+    input_ids: torch.Tensor,
+    keep: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float = 1.0,
+    tree: Optional[shared_prefix.Node] = None,
+    lengths: Optional[List[int]] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The learner's forward of a causal LM over right-padded rows: the backbone on every
     position, the output head only at label positions `keep` ([B, L-1] bool) -> the log-probs
@@ -91,9 +97,17 @@ def forward_at(
     positions alone the head is computed a chunk at a time (`areal_mem.learner.head`). Installed as the
     model's `forward`, so DeepSpeed's engine and ZeRO-3's module hooks see an ordinary forward.
     Models whose head is more than a linear layer (logit soft-capping) are refused at load.
+
+    `tree` (with the rows' `lengths`): the rows' prefix tree, each shared prefix computed once
+    (`areal_mem.learner.shared_prefix`); the same hidden states at `keep`.
     """
-    hidden = self.base_model(input_ids=input_ids).last_hidden_state
-    return self.get_output_embeddings()(hidden[:, :-1][keep], labels, temperature)
+    if tree is not None:
+        if lengths is None:
+            raise ValueError("forward_at: a prefix tree needs the rows' lengths")
+        picked = shared_prefix.tree_hidden(self.base_model, input_ids, lengths, tree, keep)
+    else:
+        picked = self.base_model(input_ids=input_ids).last_hidden_state[:, :-1][keep]
+    return self.get_output_embeddings()(picked, labels, temperature)
 
 
 def _load_causal_lm(path: str):
@@ -125,6 +139,8 @@ class LearnerEngine:
         self.rank, self.world = D.rank(), D.world_size()
         torch.manual_seed(seed)
         model = _load_causal_lm(model_path)
+        if cfg.shared_prefix:
+            shared_prefix.check_model(model.config, cfg.gradient_checkpointing)
         if cfg.lora.enabled:  # only the adapter trains (and has optimiser state); `lora.py`
             model = lora.apply(model, cfg.lora)
         if cfg.gradient_checkpointing:
@@ -159,6 +175,8 @@ class LearnerEngine:
             keep=keep,
             labels=batch["labels"].to(dev)[keep],
             temperature=self.cfg.temperature,
+            tree=batch.get("tree"),
+            lengths=batch.get("lengths"),
         )
         zeros = torch.zeros(keep.shape, dtype=logp.dtype, device=dev)
         return zeros.masked_scatter(keep, logp), zeros.masked_scatter(keep, ent)
@@ -175,14 +193,26 @@ class LearnerEngine:
                 out.append((i, logp[j, s : s + len(rows[i].loss_mask)].cpu().tolist()))
         return [lp for _, lp in sorted(out)]
 
+    def _collate(self, rows: Sequence[TrainRow]) -> Dict:
+        """`collate`, plus the rows' prefix tree and lengths with `learner.shared_prefix`."""
+        b: Dict[str, Any] = dict(collate(rows))
+        if self.cfg.shared_prefix and rows:
+            b["tree"] = shared_prefix.build_tree(rows, self.cfg.shared_prefix_min_tokens)
+            b["lengths"] = [len(r) for r in rows]
+        return b
+
     # ---- one optimiser step ----
     def _plan(self, rows: Sequence[TrainRow], mini_batches: int) -> List[List[List[TrainRow]]]:
         """mini-batch -> this rank's micro-batches (same count on every rank) -> rows."""
         plan = []
         for mb in split_contiguous(len(rows), max(1, mini_batches)):
             mb_rows = [rows[i] for i in mb]
-            mine = [mb_rows[i] for i in split_balanced([len(r) for r in mb_rows], self.world)[self.rank]]
-            micro = [[mine[i] for i in b] for b in pack_by_tokens([len(r) for r in mine], self.cfg.micro_batch_tokens)]
+            if self.cfg.shared_prefix:
+                micro = shared_prefix.plan_rank(mb_rows, self.world, self.rank, self.cfg.micro_batch_tokens)
+            else:
+                mine = [mb_rows[i] for i in split_balanced([len(r) for r in mb_rows], self.world)[self.rank]]
+                budget = self.cfg.micro_batch_tokens
+                micro = [[mine[i] for i in b] for b in pack_by_tokens([len(r) for r in mine], budget)]
             n = D.all_reduce_max(len(micro))
             plan.append(micro + [[] for _ in range(n - len(micro))])
         return plan
@@ -200,7 +230,7 @@ class LearnerEngine:
         scale = self.world / max(units, 1e-12)
         sums: Dict[str, float] = defaultdict(float)
         for k, (rows, ext) in enumerate(zip(micro, extra)):
-            b = collate(rows)
+            b = self._collate(rows)
             logp, ent = self._forward(b)
             per_tok, stats = loss_fn(b, logp, ent, ext)
             weighted = per_tok * b["loss_weight"].to(per_tok.device)
@@ -228,7 +258,7 @@ class LearnerEngine:
         """Proximal (weights before the update) and reference log-probs, before any update."""
         out = []
         for rows in micro:
-            b = collate(rows)
+            b = self._collate(rows)
             ext = {}
             if want_prox:
                 ext["prox_logp"] = self._forward(b)[0]

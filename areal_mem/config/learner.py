@@ -158,6 +158,11 @@ class LearnerConfig:
     gradient_checkpointing: bool = False
     micro_batch_tokens: int = 8192  # padded tokens (rows x longest row) per forward pass
     mini_batches: int = 1  # optimiser updates per batch (PPO epochs over mini-batches)
+    # Compute each prompt prefix that rows of a micro-batch share once, every row attending to it
+    # (learner/shared_prefix.py); micro_batch_tokens then counts the tokens of the prefix tree.
+    # Off by default: on the debug recipe's tiny model it was slower (docs/reports/shared_prefix.md)
+    shared_prefix: bool = False
+    shared_prefix_min_tokens: int = 32  # a shared run shorter than this is recomputed per row
     loss: LossConfig = field(default_factory=LossConfig)
     prox_logp: ProxMode = ProxMode.recompute  # how the proximal log-probs of the decoupled loss are had
     adv_norm_std: bool = True  # divide group-centred rewards by their unbiased std + 1e-6

@@ -173,6 +173,7 @@ RANGES: Dict[str, Range] = {
     "learner.zero_stage": Range(min=0, max=3),
     "learner.micro_batch_tokens": ONE,
     "learner.mini_batches": ONE,
+    "learner.shared_prefix_min_tokens": ONE,
     "learner.loss.eps_clip_low": SHARE,
     "learner.loss.eps_clip_high": at_least(0),
     "learner.loss.dual_clip": at_least(0, "off"),
