@@ -48,6 +48,8 @@ SURROGATE = st.sampled_from(["\ud800 lone surrogate", "\udfff", "a\udc80b"])
 NON_FINITE = st.sampled_from([float("nan"), float("inf"), float("-inf")])
 # every numeric field also gets these: NaN/inf, integers past int64 and float, negative ones
 NUMERIC_EDGES = NON_FINITE | HUGE_INTS | st.integers(max_value=-1)
+# a seed's range is torch's, 0..2**64-1: 2**63 is a good seed, so the edges past int64 are left out
+SEED_EDGES = NON_FINITE | st.integers(min_value=2**64) | st.integers(max_value=-1)
 
 
 @dataclass
@@ -122,7 +124,7 @@ GENERATOR = {
             | st.lists(not_(*STR) | st.just("") | SURROGATE, min_size=1, max_size=2)
             | SURROGATE,
             SP + "stop_token_ids": not_(*LIST) | BAD_IDS | st.lists(NUMERIC_EDGES, min_size=1, max_size=2),
-            SP + "sampling_seed": not_(*INT) | st.integers(min_value=2**64) | NUMERIC_EDGES,
+            SP + "sampling_seed": not_(*INT) | SEED_EDGES,
             SP + "ignore_eos": not_(*BOOL),
             SP + "skip_special_tokens": not_(*BOOL),
             SP + "n": st.integers(max_value=0) | st.integers(min_value=1025) | not_(*INT) | NUMERIC_EDGES,
@@ -222,7 +224,7 @@ GENERATOR = {
             "stream": LAX_NOT_BOOL,
             "logprobs": LAX_NOT_INT | st.integers(min_value=21) | NUMERIC_EDGES,
             "presence_penalty": LAX_NOT_NUM | st.floats(min_value=0.001, max_value=2.0) | NON_FINITE,
-            "seed": LAX_NOT_INT | NUMERIC_EDGES,
+            "seed": LAX_NOT_INT | SEED_EDGES,
             "min_p": LAX_NOT_NUM | st.floats(min_value=1.0001) | NUMERIC_EDGES,
             "min_tokens": LAX_NOT_INT | NUMERIC_EDGES,
             "top_k": LAX_NOT_INT | st.just(0) | HUGE_INTS | st.integers(max_value=-2) | NON_FINITE,
