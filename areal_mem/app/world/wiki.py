@@ -28,6 +28,7 @@ import shutil
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from areal_mem.digest import file_sha256
 from areal_mem.rollout.rewards.metrics import normalize_answer
 
 from .wiki_fanout import fanout_rows
@@ -41,7 +42,6 @@ from .wiki_sources import (
     read_fanout,
     read_summaries,
     read_topics,
-    sha256,
 )
 
 FILTER_RULE = (
@@ -135,7 +135,7 @@ def _write(tmp, k, dev_fraction, limit, src, topics, passages, fanout) -> dict:
         "splits": {s: counts[f"split.{s}"]["kept"] for s in splits}
         | {"fanoutqa": len(multi.questions), "fanoutqa_sub": len(multi.subs)},
         "fanoutqa": multi.counts,
-        "sha256": {name: sha256(os.path.join(tmp, f"{name}.jsonl")) for name in FILES},
+        "sha256": {name: file_sha256(os.path.join(tmp, f"{name}.jsonl")) for name in FILES},
     }
     with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, sort_keys=True, ensure_ascii=False)

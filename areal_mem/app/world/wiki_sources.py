@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ast
 import csv
-import hashlib
 import importlib.metadata
 import importlib.util
 import io
@@ -33,6 +32,8 @@ import os
 import zipfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
+
+from areal_mem.digest import file_sha256
 
 
 class WikiSourceError(ValueError):
@@ -96,16 +97,8 @@ def describe_source(source: DataSource, path: str) -> Dict[str, str]:
         "package": source.pip.split("==")[0],
         "version": _version(source),
         "file": source.path,
-        "sha256": sha256(path),
+        "sha256": file_sha256(path),
     }
-
-
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass
